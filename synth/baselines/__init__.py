@@ -1,0 +1,75 @@
+"""Classic collective algorithms as verified Schedules (what people use today).
+
+Every builder has the signature ``build(topology, collective_name, root, chunks) -> Schedule``
+and raises ``BaselineNotApplicable`` (with the reason) when it does not apply. Each builder
+chooses the chunking its algorithm needs; the schedule's collective says what it is, and its
+``buffer_chunks`` keeps the nccl-tests size S, so costs are comparable across algorithms.
+
+>>> sorted(b.name for b in registry().values())[:3]
+['bruck', 'direct', 'double_binary_tree']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from synth.baselines.common import BaselineNotApplicable
+from synth.errors import InputError
+from synth.schedule import Schedule
+from synth.topology import Topology
+
+__all__ = ["Baseline", "BaselineNotApplicable", "registry", "build_baseline", "applicable"]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One classic algorithm: its name, the collectives it covers, and its builder."""
+
+    name: str
+    collectives: frozenset[str]
+    build: Callable[[Topology, str, int | None, int | None], Schedule]
+    description: str
+
+
+def registry() -> dict[str, Baseline]:
+    """All baselines by name (imported lazily to keep ``import synth`` light)."""
+    from synth.baselines import alltoall, hierarchical, recursive, ring, trees
+
+    entries = (
+        ring.BASELINES
+        + recursive.BASELINES
+        + trees.BASELINES
+        + alltoall.BASELINES
+        + hierarchical.BASELINES
+    )
+    return {entry.name: entry for entry in entries}
+
+
+def build_baseline(
+    topology: Topology, algorithm: str, collective: str, root: int | None = None, chunks: int | None = None
+) -> Schedule:
+    """Build (and verify) one baseline; unknown names and non-applicable cases raise InputError."""
+    table = registry()
+    entry = table.get(algorithm)
+    if entry is None:
+        raise InputError(f"unknown baseline {algorithm!r}; known: {', '.join(sorted(table))}")
+    if collective not in entry.collectives:
+        raise BaselineNotApplicable(
+            f"{algorithm} does not build {collective}; it builds {', '.join(sorted(entry.collectives))}"
+        )
+    return entry.build(topology, collective, root, chunks)
+
+
+def applicable(topology: Topology, collective: str, root: int | None = None) -> dict[str, str | None]:
+    """For every baseline that builds ``collective``: None if it applies, else the reason."""
+    out: dict[str, str | None] = {}
+    for name, entry in sorted(registry().items()):
+        if collective not in entry.collectives:
+            continue
+        try:
+            entry.build(topology, collective, root, None)
+            out[name] = None
+        except BaselineNotApplicable as exc:
+            out[name] = str(exc)
+    return out

@@ -1,0 +1,86 @@
+"""Load and save the on-disk formats; schedules are verified on load.
+
+Writes are atomic (temp file in the same folder, then rename) so that a failure never leaves a
+half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from synth.errors import InputError, InvalidScheduleError
+from synth.schedule import Schedule
+from synth.topology import Topology
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; any failure is one InputError line naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a UTF-8 text file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file and rename; never leaves a partial file."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json_atomic(path: str | Path, doc: Any) -> None:
+    write_text_atomic(path, dumps(doc))
+
+
+def load_topology_file(path: str | Path) -> Topology:
+    return Topology.from_dict(read_json(path), where=str(path))
+
+
+def load_schedule(path: str | Path, check: bool = True) -> Schedule:
+    """Read a synth.schedule v1 file; with ``check`` raise InvalidScheduleError if it is invalid."""
+    schedule = Schedule.from_dict(read_json(path), where=str(path))
+    if check:
+        from synth.verify import verify
+
+        violations = verify(schedule)
+        if violations:
+            raise InvalidScheduleError(
+                f"{path}: invalid schedule, {len(violations)} violation(s); first: {violations[0]}",
+                violations,
+            )
+    return schedule
+
+
+def save_schedule(path: str | Path, schedule: Schedule) -> None:
+    write_json_atomic(path, schedule.to_dict())

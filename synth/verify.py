@@ -1,0 +1,215 @@
+"""Independent replay of a schedule: the second opinion on every algorithm.
+
+Imports only the core data types. ``verify`` returns *all* violations, each with the step it
+happened in (None for the final postcondition) and a kind:
+
+  bad_rank, bad_chunk, bad_rounds   malformed send or step
+  no_link                           (src, dst) is not a link of the topology
+  not_held                          the sender holds nothing of the chunk at the step's start
+  reduce_not_combining              ``reduce`` on a collective that does not combine
+  conflicting_write                 two writes to one (rank, chunk) in a step, not all reduce
+  double_count                      a reduce adds a contribution the destination already has
+  link_capacity, group_capacity     more than capacity x rounds chunks on a link/group in a step
+  postcondition                     a rank misses a chunk (or holds a wrong sum) at the end
+
+>>> from synth.collectives import allgather
+>>> from synth.topology import Topology, Link
+>>> t = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)))
+>>> s = Schedule(t, allgather(2), (Step((Send(0, 0, 1), Send(1, 1, 0))),))
+>>> verify(s)
+[]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from synth.schedule import Schedule, Send
+
+# A rank's view of one chunk: None (nothing) or, for combining collectives, a multiset of
+# contributions; for plain collectives the chunk is simply held (frozen marker).
+_HELD = Counter({-1: 1})
+
+
+@dataclass(frozen=True)
+class Violation:
+    step: int | None
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        where = "end" if self.step is None else f"step {self.step}"
+        return f"{where}: {self.kind}: {self.message}"
+
+
+def verify(schedule: Schedule) -> list[Violation]:
+    """Replay ``schedule`` and return every violation found (empty list: valid)."""
+    topo, coll = schedule.topology, schedule.collective
+    found: list[Violation] = []
+    if topo.ranks != coll.ranks:
+        return [
+            Violation(None, "bad_rank", f"topology has {topo.ranks} ranks, collective {coll.ranks}")
+        ]
+    # state[(rank, chunk)] -> Counter of contributions (combining) or _HELD
+    state: dict[tuple[int, int], Counter] = {}
+    for c, pre in enumerate(coll.pre):
+        for rank in pre:
+            state[(rank, c)] = Counter({rank: 1}) if coll.combining else _HELD
+
+    for index, step in enumerate(schedule.steps):
+        found.extend(_check_rounds(index, step.rounds))
+        valid: list[Send] = []
+        for send in step.sends:
+            problems = _check_send(index, send, schedule, state)
+            found.extend(problems)
+            if not any(p.kind in ("bad_rank", "bad_chunk", "not_held") for p in problems):
+                valid.append(send)
+        found.extend(_check_capacity(index, step, schedule))
+        found.extend(_apply(index, valid, coll.combining, state))
+
+    found.extend(_check_post(schedule, state))
+    return found
+
+
+def _check_rounds(index: int, rounds) -> list[Violation]:
+    if rounds is not None and (not isinstance(rounds, int) or rounds < 1):
+        return [Violation(index, "bad_rounds", f"rounds must be an integer >= 1, got {rounds!r}")]
+    return []
+
+
+def _check_send(index: int, send: Send, schedule: Schedule, state) -> list[Violation]:
+    topo, coll = schedule.topology, schedule.collective
+    out: list[Violation] = []
+    label = f"chunk {send.chunk} {send.src}->{send.dst}"
+    if not (0 <= send.src < topo.ranks and 0 <= send.dst < topo.ranks):
+        return [Violation(index, "bad_rank", f"{label}: rank out of range 0..{topo.ranks - 1}")]
+    if not 0 <= send.chunk < coll.chunks:
+        return [Violation(index, "bad_chunk", f"{label}: chunk out of range 0..{coll.chunks - 1}")]
+    if send.src == send.dst:
+        out.append(Violation(index, "no_link", f"{label}: a rank cannot send to itself"))
+    elif not topo.has_link(send.src, send.dst):
+        out.append(Violation(index, "no_link", f"{label}: {send.src}->{send.dst} is not a link"))
+    if send.op == "reduce" and not coll.combining:
+        out.append(
+            Violation(index, "reduce_not_combining", f"{label}: reduce in non-combining {coll.name}")
+        )
+    if not state.get((send.src, send.chunk)):
+        out.append(Violation(index, "not_held", f"{label}: rank {send.src} does not hold chunk {send.chunk}"))
+    return out
+
+
+def _check_capacity(index: int, step, schedule: Schedule) -> list[Violation]:
+    if step.rounds is None or not isinstance(step.rounds, int) or step.rounds < 1:
+        return []
+    topo = schedule.topology
+    per_link = Counter((s.src, s.dst) for s in step.sends if topo.has_link(s.src, s.dst))
+    out: list[Violation] = []
+    for key, count in sorted(per_link.items()):
+        capacity = topo.link_capacity(topo.link(*key))
+        if capacity is not None and count > capacity * step.rounds:
+            out.append(
+                Violation(
+                    index,
+                    "link_capacity",
+                    f"link {key[0]}->{key[1]} carries {count} chunks, capacity {capacity} x "
+                    f"{step.rounds} round(s) = {capacity * step.rounds}",
+                )
+            )
+    for group in topo.groups:
+        count = sum(per_link.get(key, 0) for key in group.links)
+        capacity = topo.group_capacity(group)
+        if capacity is not None and count > capacity * step.rounds:
+            out.append(
+                Violation(
+                    index,
+                    "group_capacity",
+                    f"group {group.name!r} carries {count} chunks, capacity {capacity} x "
+                    f"{step.rounds} round(s) = {capacity * step.rounds}",
+                )
+            )
+    return out
+
+
+def _apply(index: int, sends: list[Send], combining: bool, state) -> list[Violation]:
+    """Land the step's writes (read from the pre-step state) and report write conflicts."""
+    out: list[Violation] = []
+    writes: dict[tuple[int, int], list[Send]] = {}
+    for send in sends:
+        writes.setdefault((send.dst, send.chunk), []).append(send)
+    updates: dict[tuple[int, int], Counter] = {}
+    for (dst, chunk), group in sorted(writes.items()):
+        ops = {s.op for s in group}
+        if len(group) > 1 and ops != {"reduce"}:
+            srcs = ", ".join(str(s.src) for s in group)
+            out.append(
+                Violation(
+                    index,
+                    "conflicting_write",
+                    f"rank {dst} chunk {chunk} is written {len(group)} times (from {srcs}), not all reduce",
+                )
+            )
+        if not combining:
+            updates[(dst, chunk)] = _HELD
+            continue
+        copies = [s for s in group if s.op == "copy"]
+        reduces = [s for s in group if s.op == "reduce"]
+        base = Counter(state[(copies[-1].src, chunk)]) if copies else Counter(state.get((dst, chunk), Counter()))
+        for send in reduces:
+            partial = state[(send.src, chunk)]
+            overlap = sorted(set(base) & set(partial))
+            if overlap:
+                out.append(
+                    Violation(
+                        index,
+                        "double_count",
+                        f"rank {dst} chunk {chunk}: reduce from {send.src} counts the contribution "
+                        f"of rank(s) {', '.join(map(str, overlap))} twice",
+                    )
+                )
+            base = base + partial
+        updates[(dst, chunk)] = base
+    state.update(updates)
+    return out
+
+
+def _check_post(schedule: Schedule, state) -> list[Violation]:
+    coll = schedule.collective
+    out: list[Violation] = []
+    for c, post in enumerate(coll.post):
+        missing, partial, doubled = [], [], []
+        want = Counter({rank: 1 for rank in coll.pre[c]})
+        for rank in sorted(post):
+            held = state.get((rank, c))
+            if not held:
+                missing.append(rank)
+            elif coll.combining and held != want:
+                if any(count > 1 for count in held.values()) or set(held) - set(want):
+                    doubled.append(rank)
+                else:
+                    partial.append(rank)
+        if missing:
+            out.append(
+                Violation(None, "postcondition", f"ranks {_ranks(missing)} never receive chunk {c}")
+            )
+        if partial:
+            out.append(
+                Violation(
+                    None,
+                    "postcondition",
+                    f"ranks {_ranks(partial)} hold chunk {c} without every contribution",
+                )
+            )
+        if doubled:
+            out.append(
+                Violation(
+                    None,
+                    "postcondition",
+                    f"ranks {_ranks(doubled)} hold chunk {c} with a contribution counted twice",
+                )
+            )
+    return out
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
