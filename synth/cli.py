@@ -1,0 +1,294 @@
+"""Command line: argument parsing and printing only; ``main(argv) -> exit code``.
+
+Exit codes: see synth.errors (0 ok, 1 internal error, 2 bad input, 3 infeasible,
+4 invalid schedule, 5 unknown/timeout, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from synth import __version__
+from synth.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INPUT, EXIT_INVALID, InputError, SynthError
+
+DEFAULT_COST_SIZES = "1K,64K,1M,16M,256M,1G"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) instead of usage dumps."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        raise InputError(f"{message} (see '{self.prog} --help')")
+
+
+def _topology(spec: str):
+    from synth.library import resolve_topology
+
+    return resolve_topology(spec)
+
+
+def _collective(spec: str, ranks: int, root: int | None, chunks: int):
+    from synth.collectives import make_collective
+
+    return make_collective(spec, ranks, root=root, chunks=chunks)
+
+
+def _write_or_print(doc, output: str | None) -> None:
+    from synth.io import dumps, write_text_atomic
+
+    if output in (None, "-"):
+        sys.stdout.write(dumps(doc))
+    else:
+        write_text_atomic(output, dumps(doc))
+        print(f"wrote {output}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------- topo / coll
+def cmd_topo_list(args) -> int:
+    from synth.library import list_topologies
+
+    rows = list_topologies()
+    width = max(len(name) for name, _ in rows)
+    for name, description in rows:
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
+def cmd_topo_show(args) -> int:
+    from synth.topology_summary import describe
+
+    topo = _topology(args.topology)
+    if args.json:
+        print(json.dumps(topo.to_dict(), indent=1))
+    else:
+        print(describe(topo))
+    return 0
+
+
+def cmd_coll_list(args) -> int:
+    from synth.collectives import FILE_KINDS, REGISTRY
+
+    for name, kind in sorted(REGISTRY.items()):
+        rooted = " (rooted: --root R)" if kind.rooted else ""
+        print(f"{name:<15} {kind.description}{rooted}")
+    for name, text in sorted(FILE_KINDS.items()):
+        print(f"{name:<15} {text}")
+    return 0
+
+
+def cmd_coll_show(args) -> int:
+    ranks = args.ranks
+    if ranks is None:
+        if ":" in args.collective or args.collective.endswith(".json"):
+            ranks = -1
+        else:
+            raise InputError("coll show needs -n N (the number of ranks)")
+    coll = _collective(args.collective, ranks if ranks > 0 else _ranks_of_file(args.collective), args.root, args.chunks)
+    if args.json:
+        print(json.dumps(coll.to_dict(), indent=1))
+        return 0
+    print(f"{coll.name}: {coll.ranks} ranks, {coll.chunks} chunks, buffer {coll.buffer_chunks} chunks, "
+          f"{'combining' if coll.combining else 'non-combining'}"
+          + (f", root {coll.root}" if coll.root is not None else ""))
+    for c, (pre, post) in enumerate(zip(coll.pre, coll.post)):
+        print(f"  chunk {c:>3}: pre {sorted(pre)} -> post {sorted(post)}")
+    return 0
+
+
+def _ranks_of_file(spec: str) -> int:
+    """Rank count of a file-based collective (read from the file itself)."""
+    from synth.collectives import make_collective
+
+    kind, _, path = spec.partition(":")
+    from synth.io import read_json
+
+    doc = read_json(path if path else spec)
+    if kind == "alltoallv":
+        rows = doc.get("chunks") if isinstance(doc, dict) else doc
+        return len(rows) if isinstance(rows, list) else 0
+    if isinstance(doc, dict) and isinstance(doc.get("ranks"), int):
+        return doc["ranks"]
+    raise InputError(f"{spec}: cannot tell the number of ranks; give -n N")
+
+
+# ---------------------------------------------------------------------- verify / bounds / cost
+def cmd_verify(args) -> int:
+    from synth.io import load_schedule
+    from synth.verify import verify
+
+    schedule = load_schedule(args.file, check=False)
+    violations = verify(schedule)
+    coll, topo = schedule.collective, schedule.topology
+    summary = (f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, "
+               f"{schedule.send_count} sends, rounds {schedule.total_rounds}")
+    if args.json:
+        print(json.dumps({
+            "valid": not violations,
+            "violations": [{"step": v.step, "kind": v.kind, "message": v.message} for v in violations],
+        }, indent=1))
+    elif violations:
+        print(f"INVALID {summary}: {len(violations)} violation(s)")
+        for v in violations:
+            print(f"  {v}")
+    else:
+        print(f"valid {summary}")
+    return EXIT_INVALID if violations else 0
+
+
+def cmd_bounds(args) -> int:
+    from synth.bounds import lower_bounds
+    from synth.cost import format_size, parse_size
+
+    topo = _topology(args.topology)
+    coll = _collective(args.collective, topo.ranks, args.root, args.chunks)
+    coll.check_on(topo)
+    size = parse_size(args.size)
+    bounds = lower_bounds(topo, coll)
+    doc = bounds.to_dict(size)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"lower bounds for {coll.name} on {topo.name} ({topo.ranks} ranks)")
+    print(f"  steps              >= {doc['steps']}")
+    print(f"  rounds per chunk   >= {doc['rounds_per_chunk'] or 'n/a (capacities are not whole numbers)'}")
+    print(f"  time at {format_size(size):>6}     >= {doc['time_us']:.4g} us")
+    print(f"  algbw              <= {doc['algbw_gbps']:.4g} GB/s")
+    print(f"  busbw              <= {doc['busbw_gbps']:.4g} GB/s")
+    if doc.get("binding"):
+        print(f"  binding: {doc['binding']}")
+    return 0
+
+
+def cmd_cost(args) -> int:
+    from synth.bounds import lower_bounds
+    from synth.cost import cost_rows, format_size, parse_sizes
+    from synth.io import load_schedule
+
+    schedule = load_schedule(args.file)
+    sizes = parse_sizes(args.sizes)
+    bounds = lower_bounds(schedule.topology, schedule.collective)
+    rows = cost_rows(schedule, sizes, bounds)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    coll, topo = schedule.collective, schedule.topology
+    print(f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, {schedule.send_count} sends "
+          f"({schedule.meta.get('algorithm') or schedule.meta.get('synthesizer') or 'unnamed'})")
+    print(f"{'size':>8} {'step time us':>13} {'sim time us':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'% of bound':>11}")
+    for row in rows:
+        frac = row["bound_fraction"]
+        print(f"{format_size(row['size']):>8} {row['step_time_us']:>13.4f} {row['sim_time_us']:>12.4f} "
+              f"{row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f} "
+              f"{(f'{100 * frac:.1f}%' if frac is not None else '-'):>11}")
+    return 0
+
+
+# ---------------------------------------------------------------------- baselines
+def cmd_baseline(args) -> int:
+    from synth.baselines import applicable, build_baseline
+
+    topo = _topology(args.topology)
+    name = args.collective
+    coll = _collective(name, topo.ranks, args.root, 1)
+    coll.check_on(topo)
+    if args.algo == "list":
+        table = applicable(topo, name, args.root)
+        if not table:
+            print(f"no baseline builds {name}")
+        for algo, reason in table.items():
+            print(f"{algo:<20} {'applies' if reason is None else 'n/a: ' + reason}")
+        return 0
+    schedule = build_baseline(topo, args.algo, name, args.root, args.chunks)
+    _write_or_print(schedule.to_dict(), args.output)
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="synth", description="Collective-communication schedule synthesizer.")
+    parser.add_argument("--version", action="version", version=f"synth {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    topo = sub.add_parser("topo", help="topology library: list, show")
+    topo_sub = topo.add_subparsers(dest="topo_command", parser_class=_Parser, metavar="ACTION")
+    p = topo_sub.add_parser("list", help="list library topologies and generators")
+    p.set_defaults(func=cmd_topo_list)
+    p = topo_sub.add_parser("show", help="describe a topology (name, generator, NAMExK or file)")
+    p.add_argument("topology")
+    p.add_argument("--json", action="store_true", help="print the synth.topology document")
+    p.set_defaults(func=cmd_topo_show)
+
+    coll = sub.add_parser("coll", help="collectives: list, show")
+    coll_sub = coll.add_subparsers(dest="coll_command", parser_class=_Parser, metavar="ACTION")
+    p = coll_sub.add_parser("list", help="list collectives")
+    p.set_defaults(func=cmd_coll_list)
+    p = coll_sub.add_parser("show", help="show a collective's pre/post conditions")
+    p.add_argument("collective")
+    p.add_argument("-n", "--ranks", type=int, help="number of ranks")
+    _add_coll_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_coll_show)
+
+    p = sub.add_parser("verify", help="replay a synth.schedule file; exit 0 valid, 4 invalid, 2 unreadable")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("bounds", help="lower bounds: steps, rounds per chunk, time, algbw/busbw")
+    p.add_argument("topology")
+    p.add_argument("collective")
+    _add_coll_options(p)
+    p.add_argument("--size", default="1G", help="collective size S (bytes, K/M/G = 1024^k; default 1G)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bounds)
+
+    p = sub.add_parser("cost", help="cost of a schedule file over sizes, both models, % of the bound")
+    p.add_argument("file")
+    p.add_argument("--sizes", default=DEFAULT_COST_SIZES, help=f"comma-separated sizes (default {DEFAULT_COST_SIZES})")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("baseline", help="build a classic algorithm as a verified schedule")
+    p.add_argument("topology")
+    p.add_argument("collective")
+    p.add_argument("--algo", required=True, help="algorithm name, or 'list' for those that apply")
+    p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
+    p.add_argument("--chunks", type=int, help="pieces per rank/buffer for pipelining (algorithm default)")
+    p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.set_defaults(func=cmd_baseline)
+    return parser
+
+
+def _add_coll_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
+    p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help(sys.stderr)
+            return EXIT_INPUT
+        return func(args)
+    except SynthError as exc:
+        print(f"synth: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("synth: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug in synth: one line, traceback only on request
+        if os.environ.get("SYNTH_DEBUG"):
+            raise
+        print(f"synth: internal error: {type(exc).__name__}: {exc} (set SYNTH_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
