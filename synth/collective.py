@@ -4,6 +4,7 @@
 contribution); ``post[c]`` the ranks that must hold it at the end (combining: fully reduced).
 ``buffer_chunks`` is how many chunks make up the nccl-tests size S of the collective.
 
+>>> from synth.collectives import allgather
 >>> ag = allgather(4)
 >>> ag.chunks, ag.buffer_chunks, sorted(ag.post[0])
 (4, 4, [0, 1, 2, 3])

@@ -14,6 +14,7 @@ happened in (None for the final postcondition) and a kind:
 
 >>> from synth.collectives import allgather
 >>> from synth.topology import Topology, Link
+>>> from synth.schedule import Schedule, Step, Send
 >>> t = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)))
 >>> s = Schedule(t, allgather(2), (Step((Send(0, 0, 1), Send(1, 1, 0))),))
 >>> verify(s)
@@ -27,9 +28,10 @@ from dataclasses import dataclass
 
 from synth.schedule import Schedule, Send
 
-# A rank's view of one chunk: None (nothing) or, for combining collectives, a multiset of
-# contributions; for plain collectives the chunk is simply held (frozen marker).
-_HELD = Counter({-1: 1})
+# A rank's view of one chunk: absent (nothing), or (mask, doubled): the bit set of the
+# contributions it has summed (plain collectives: just bit 0, "held") and whether some
+# contribution was counted twice on the way.
+_HELD = (1, False)
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,11 @@ def verify(schedule: Schedule) -> list[Violation]:
         return [
             Violation(None, "bad_rank", f"topology has {topo.ranks} ranks, collective {coll.ranks}")
         ]
-    # state[(rank, chunk)] -> Counter of contributions (combining) or _HELD
-    state: dict[tuple[int, int], Counter] = {}
+    # state[(rank, chunk)] -> (contribution mask, doubled) ; absent: holds nothing
+    state: dict[tuple[int, int], tuple[int, bool]] = {}
     for c, pre in enumerate(coll.pre):
         for rank in pre:
-            state[(rank, c)] = Counter({rank: 1}) if coll.combining else _HELD
+            state[(rank, c)] = (1 << rank, False) if coll.combining else _HELD
 
     for index, step in enumerate(schedule.steps):
         found.extend(_check_rounds(index, step.rounds))
@@ -94,7 +96,7 @@ def _check_send(index: int, send: Send, schedule: Schedule, state) -> list[Viola
         out.append(
             Violation(index, "reduce_not_combining", f"{label}: reduce in non-combining {coll.name}")
         )
-    if not state.get((send.src, send.chunk)):
+    if (send.src, send.chunk) not in state:
         out.append(Violation(index, "not_held", f"{label}: rank {send.src} does not hold chunk {send.chunk}"))
     return out
 
@@ -116,8 +118,15 @@ def _check_capacity(index: int, step, schedule: Schedule) -> list[Violation]:
                     f"{step.rounds} round(s) = {capacity * step.rounds}",
                 )
             )
+    per_group: Counter = Counter()
+    groups_of = topo.groups_of_link
+    for key, count in per_link.items():
+        for group in groups_of.get(key, ()):
+            per_group[group.name] += count
     for group in topo.groups:
-        count = sum(per_link.get(key, 0) for key in group.links)
+        count = per_group.get(group.name, 0)
+        if not count:
+            continue
         capacity = topo.group_capacity(group)
         if capacity is not None and count > capacity * step.rounds:
             out.append(
@@ -137,7 +146,7 @@ def _apply(index: int, sends: list[Send], combining: bool, state) -> list[Violat
     writes: dict[tuple[int, int], list[Send]] = {}
     for send in sends:
         writes.setdefault((send.dst, send.chunk), []).append(send)
-    updates: dict[tuple[int, int], Counter] = {}
+    updates: dict[tuple[int, int], tuple[int, bool]] = {}
     for (dst, chunk), group in sorted(writes.items()):
         ops = {s.op for s in group}
         if len(group) > 1 and ops != {"reduce"}:
@@ -154,10 +163,10 @@ def _apply(index: int, sends: list[Send], combining: bool, state) -> list[Violat
             continue
         copies = [s for s in group if s.op == "copy"]
         reduces = [s for s in group if s.op == "reduce"]
-        base = Counter(state[(copies[-1].src, chunk)]) if copies else Counter(state.get((dst, chunk), Counter()))
+        mask, doubled = state[(copies[-1].src, chunk)] if copies else state.get((dst, chunk), (0, False))
         for send in reduces:
-            partial = state[(send.src, chunk)]
-            overlap = sorted(set(base) & set(partial))
+            partial, partial_doubled = state[(send.src, chunk)]
+            overlap = _bits(mask & partial)
             if overlap:
                 out.append(
                     Violation(
@@ -167,8 +176,8 @@ def _apply(index: int, sends: list[Send], combining: bool, state) -> list[Violat
                         f"of rank(s) {', '.join(map(str, overlap))} twice",
                     )
                 )
-            base = base + partial
-        updates[(dst, chunk)] = base
+            mask, doubled = mask | partial, doubled or partial_doubled or bool(overlap)
+        updates[(dst, chunk)] = (mask, doubled)
     state.update(updates)
     return out
 
@@ -178,13 +187,13 @@ def _check_post(schedule: Schedule, state) -> list[Violation]:
     out: list[Violation] = []
     for c, post in enumerate(coll.post):
         missing, partial, doubled = [], [], []
-        want = Counter({rank: 1 for rank in coll.pre[c]})
+        want = sum(1 << rank for rank in coll.pre[c])
         for rank in sorted(post):
             held = state.get((rank, c))
-            if not held:
+            if held is None:
                 missing.append(rank)
-            elif coll.combining and held != want:
-                if any(count > 1 for count in held.values()) or set(held) - set(want):
+            elif coll.combining and held != (want, False):
+                if held[1] or held[0] & ~want:
                     doubled.append(rank)
                 else:
                     partial.append(rank)
@@ -208,6 +217,16 @@ def _check_post(schedule: Schedule, state) -> list[Violation]:
                     f"ranks {_ranks(doubled)} hold chunk {c} with a contribution counted twice",
                 )
             )
+    return out
+
+
+def _bits(mask: int) -> list[int]:
+    out, index = [], 0
+    while mask:
+        if mask & 1:
+            out.append(index)
+        mask >>= 1
+        index += 1
     return out
 
 

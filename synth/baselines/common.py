@@ -38,9 +38,26 @@ class Transfer:
     op: str = "copy"
 
 
+def _bfs(topology: Topology, src: int) -> list[float]:
+    """Fewest links from ``src`` to every rank (math.inf when unreachable), one BFS."""
+    dist = [math.inf] * topology.ranks
+    dist[src] = 0
+    queue = deque([src])
+    while queue:
+        node = queue.popleft()
+        for link in topology.out_links[node]:
+            if dist[link.dst] == math.inf:
+                dist[link.dst] = dist[node] + 1
+                queue.append(link.dst)
+    return dist
+
+
 def shortest_paths_from(topology: Topology, src: int) -> list[list[int]]:
     """For every rank, the predecessors on shortest paths from ``src`` (BFS DAG)."""
-    dist = topology.hop_distances[src]
+    return _preds(topology, _bfs(topology, src))
+
+
+def _preds(topology: Topology, dist: Sequence[float]) -> list[list[int]]:
     preds: list[list[int]] = [[] for _ in range(topology.ranks)]
     for link in topology.links:
         if dist[link.src] + 1 == dist[link.dst]:
@@ -48,41 +65,55 @@ def shortest_paths_from(topology: Topology, src: int) -> list[list[int]]:
     return preds
 
 
-def route_phase(topology: Topology, transfers: Sequence[Transfer]) -> list[list[Send]]:
+def holders(collective: Collective) -> set[tuple[int, int]]:
+    """(rank, chunk) pairs that hold data at the start: the initial ``held`` for routing."""
+    return {(rank, c) for c, pre in enumerate(collective.pre) for rank in pre}
+
+
+def route_phase(
+    topology: Topology, transfers: Sequence[Transfer], held: set[tuple[int, int]] | None = None
+) -> list[list[Send]]:
     """Expand concurrent logical transfers into sub-steps of physical sends.
 
     Each transfer follows a shortest path, chosen greedily to spread load over links used at
     the same hop. Copies of one chunk into one rank at one hop are merged (the data is the same).
     Multi-hop reductions are refused: a relay would mix its own contribution in.
+
+    With ``held`` (a set of (rank, chunk), updated in place) routing keeps copies tree-shaped:
+    no copy goes to a rank that already holds the chunk, and a rank reached by several paths
+    receives the chunk once, at its earliest hop. Use it for non-combining collectives (it
+    assumes every copy of a chunk carries the same data), e.g. when a schedule will be dualized.
     """
-    hops: list[Counter] = []
-    substeps: list[dict[tuple[int, int], Send]] = []
-    pred_cache: dict[int, list[list[int]]] = {}
+    paths: list[tuple[Transfer, list[int]]] = []
+    load: list[Counter] = []
+    dists: dict[int, list[float]] = {}
+    preds: dict[int, list[list[int]]] = {}
     for transfer in transfers:
-        dist = topology.hop_distances[transfer.src][transfer.dst]
-        if dist == math.inf:
-            raise BaselineNotApplicable(f"rank {transfer.dst} is unreachable from rank {transfer.src}")
-        if transfer.op == "reduce" and dist > 1:
-            raise BaselineNotApplicable(
-                f"needs a direct link {transfer.src}->{transfer.dst} to reduce over (no such link)"
-            )
-        if transfer.src not in pred_cache:
-            pred_cache[transfer.src] = shortest_paths_from(topology, transfer.src)
-        preds = pred_cache[transfer.src]
-        # walk back from dst, choosing the least-loaded predecessor at each hop
-        path = [transfer.dst]
-        node = transfer.dst
-        for hop in range(int(dist) - 1, -1, -1):
-            while len(hops) <= hop:
-                hops.append(Counter())
-                substeps.append({})
-            choices = preds[node]
-            best = min(choices, key=lambda p: (hops[hop][(p, node)], p))
-            path.append(best)
-            node = best
-        path.reverse()
+        if topology.has_link(transfer.src, transfer.dst):
+            path = [transfer.src, transfer.dst]
+        else:
+            path = _route(topology, transfer, dists, preds, load)
+        while len(load) < len(path) - 1:
+            load.append(Counter())
+        for hop, key in enumerate(zip(path, path[1:])):
+            load[hop][key] += 1
+        paths.append((transfer, path))
+
+    first: dict[tuple[int, int], int] = {}
+    if held is not None:
+        for transfer, path in paths:
+            if transfer.op != "copy":
+                continue
+            for hop, node in enumerate(path[1:]):
+                key = (node, transfer.chunk)
+                if key not in held and hop < first.get(key, hop + 1):
+                    first[key] = hop
+    substeps: list[dict[tuple[int, int], Send]] = [{} for _ in load]
+    for transfer, path in paths:
         for hop, (a, b) in enumerate(zip(path, path[1:])):
             key = (b, transfer.chunk)
+            if held is not None and transfer.op == "copy" and first.get(key) != hop:
+                continue
             existing = substeps[hop].get(key)
             if existing is not None and transfer.op == "copy" and existing.op == "copy":
                 continue
@@ -91,15 +122,52 @@ def route_phase(topology: Topology, transfers: Sequence[Transfer]) -> list[list[
                     f"two reductions of chunk {transfer.chunk} meet at rank {b} in one step"
                 )
             substeps[hop][key] = Send(transfer.chunk, a, b, transfer.op)
-            hops[hop][(a, b)] += 1
-    return [sorted(sub.values()) for sub in substeps]
+    if held is not None:
+        held.update(first)
+    return [sorted(sub.values(), key=_order) for sub in substeps]
 
 
-def phases_to_steps(topology: Topology, phases: Iterable[Sequence[Transfer]]) -> list[list[Send]]:
-    """Route every phase and concatenate the resulting sub-steps."""
+def _order(send: Send) -> tuple[int, int, int, str]:
+    """Sort key equal to Send's dataclass order, without its slow generated comparisons."""
+    return (send.chunk, send.src, send.dst, send.op)
+
+
+def _route(topology, transfer, dists, preds, load) -> list[int]:
+    """A shortest path for a transfer without a direct link, least-loaded hop by hop."""
+    if transfer.src not in dists:
+        dists[transfer.src] = _bfs(topology, transfer.src)
+        preds[transfer.src] = _preds(topology, dists[transfer.src])
+    dist = dists[transfer.src][transfer.dst]
+    if dist == math.inf:
+        raise BaselineNotApplicable(f"rank {transfer.dst} is unreachable from rank {transfer.src}")
+    if transfer.op == "reduce":
+        raise BaselineNotApplicable(
+            f"needs a direct link {transfer.src}->{transfer.dst} to reduce over (no such link)"
+        )
+    # walk back from dst, choosing the least-loaded predecessor at each hop
+    path = [transfer.dst]
+    node = transfer.dst
+    for hop in range(int(dist) - 1, -1, -1):
+        used = load[hop] if hop < len(load) else Counter()
+        node = min(preds[transfer.src][node], key=lambda p: (used[(p, node)], p))
+        path.append(node)
+    path.reverse()
+    return path
+
+
+def phases_to_steps(
+    topology: Topology,
+    phases: Iterable[Sequence[Transfer]],
+    held: Iterable[tuple[int, int]] | None = None,
+) -> list[list[Send]]:
+    """Route every phase and concatenate the resulting sub-steps.
+
+    ``held`` (e.g. ``holders(collective)``) turns on tree-shaped routing, see ``route_phase``.
+    """
+    state = None if held is None else set(held)
     steps: list[list[Send]] = []
     for phase in phases:
-        steps.extend(route_phase(topology, phase))
+        steps.extend(route_phase(topology, phase, state))
     return steps
 
 
@@ -112,8 +180,12 @@ def rounds_needed(topology: Topology, sends: Sequence[Send]) -> int | None:
     for key, count in per_link.items():
         capacity = topology.link_capacity(topology.link(*key))
         need = max(need, -(-count // capacity))
+    per_group: Counter = Counter()
+    for key, count in per_link.items():
+        for group in topology.groups_of_link.get(key, ()):
+            per_group[group.name] += count
     for group in topology.groups:
-        count = sum(per_link.get(key, 0) for key in group.links)
+        count = per_group.get(group.name, 0)
         if count:
             need = max(need, -(-count // topology.group_capacity(group)))
     return need
@@ -130,9 +202,10 @@ def finish(
     from synth.verify import verify
 
     built = tuple(
-        Step(tuple(sorted(sends)), rounds_needed(topology, sends)) for sends in steps if sends
+        Step(tuple(sorted(sends, key=_order)), rounds_needed(topology, sends)) for sends in steps if sends
     )
-    schedule = Schedule(topology, collective, built, {"synthesizer": "baseline", "algorithm": algorithm, **meta})
+    header = {"synthesizer": "baseline", "algorithm": algorithm}
+    schedule = Schedule(topology, collective, built, {**header, **meta})
     violations = verify(schedule)
     if violations:
         raise RuntimeError(
