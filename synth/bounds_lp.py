@@ -1,0 +1,300 @@
+"""The numeric side of ``synth.bounds``: the flow LP, the cut bound, and the LP solver.
+
+Every bound here is a value ``x`` in *chunk loads per unit of capacity*: with capacities in
+GB/s, the collective needs at least ``x * b`` seconds-per-GB (b = chunk bytes); with
+capacities in chunks per round it needs at least ``x`` rounds. Solver objects (highspy, or
+PuLP/CBC when highspy is missing) never leave this module.
+
+``Demand`` is one unit flow a chunk class must route: from any rank in ``sources`` to ``sink``.
+
+>>> from synth.topology import Topology, Link
+>>> t = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)))
+>>> net = Network.of(t)
+>>> round(flow_lp(net, [[Demand(frozenset({0}), 1)]], [2], net.bandwidth, net.group_bandwidth), 6)
+0.08
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from synth.topology import Topology
+
+_TOL = 1e-9
+LP_SECONDS = 10.0
+_quiet_done = False
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A unit flow from any rank of ``sources`` to ``sink``."""
+
+    sources: frozenset[int]
+    sink: int
+
+
+@dataclass(frozen=True, eq=False)
+class Network:
+    """A topology as numpy arrays: link ends, link and group values, group membership (CSR)."""
+
+    ranks: int
+    src: np.ndarray
+    dst: np.ndarray
+    bandwidth: np.ndarray
+    capacity: np.ndarray | None
+    group_names: tuple[str, ...]
+    group_ptr: np.ndarray
+    group_idx: np.ndarray
+    group_bandwidth: np.ndarray
+    group_capacity: np.ndarray | None
+
+    @classmethod
+    def of(cls, topo: Topology) -> "Network":
+        index = {link.key: i for i, link in enumerate(topo.links)}
+        sizes = [len(g.links) for g in topo.groups]
+        idx = [index[key] for g in topo.groups for key in g.links]
+        caps = gcaps = None
+        if topo.rounds_apply:
+            caps = np.array([topo.link_capacity(l) for l in topo.links], dtype=float)
+            gcaps = np.array([topo.group_capacity(g) for g in topo.groups], dtype=float)
+        return cls(
+            ranks=topo.ranks,
+            src=np.array([l.src for l in topo.links], dtype=np.int64),
+            dst=np.array([l.dst for l in topo.links], dtype=np.int64),
+            bandwidth=np.array([l.bandwidth for l in topo.links], dtype=float),
+            capacity=caps,
+            group_names=tuple(g.name for g in topo.groups),
+            group_ptr=np.concatenate(([0], np.cumsum(sizes, dtype=np.int64))).astype(np.int64),
+            group_idx=np.array(idx, dtype=np.int64),
+            group_bandwidth=np.array([g.bandwidth for g in topo.groups], dtype=float),
+            group_capacity=gcaps,
+        )
+
+    @property
+    def links(self) -> int:
+        return len(self.src)
+
+
+# ---------------------------------------------------------------------------- flow LP
+class _Rows:
+    """Constraint rows in COO form, appended block by block."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, rows, cols, vals, lower, upper) -> None:
+        self.parts.append((np.asarray(rows) + self.count, cols, vals, lower, upper))
+        self.count += len(lower)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.concatenate([part[i] for part in self.parts]) for i in range(5))
+
+
+def flow_lp(
+    net: Network,
+    demands: Sequence[Sequence[Demand]],
+    multiplicity: Sequence[int],
+    link_values: np.ndarray,
+    group_values: np.ndarray | None,
+) -> float | None:
+    """Least ``x`` such that the chunk classes can be routed (None when the solver fails).
+
+    Class k (``multiplicity[k]`` chunks) routes a unit flow f^{k,j} for each of its demands j;
+    its link use u_{k,l} >= f^{k,j}_l (copies are free); every link carries
+    sum_k m_k u_{k,l} <= value_l * x, every group the same summed over its links.
+    """
+    if not any(demands) or not net.links:
+        return 0.0  # nothing has to move (reachability is checked by the caller)
+    rows = _Rows()
+    columns = 1  # column 0 is x
+    use = np.full((len(demands), net.links), -1, dtype=np.int64)  # column of u_{k,l}
+    for k, class_demands in enumerate(demands):
+        masks = [_allowed(net, d) for d in class_demands]
+        used = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.zeros(0, np.int64)
+        use[k, used] = np.arange(columns, columns + len(used))
+        columns += len(used)
+        for demand, mask in zip(class_demands, masks):
+            links = np.flatnonzero(mask)
+            flow = np.arange(columns, columns + len(links))
+            columns += len(links)
+            ones = np.ones(len(links))
+            # conservation at every rank outside the sources: in - out = [rank == sink]
+            node_row = np.full(net.ranks, -1, dtype=np.int64)
+            inside = [v for v in range(net.ranks) if v not in demand.sources]
+            node_row[inside] = np.arange(len(inside))
+            rhs = np.zeros(len(inside))
+            rhs[node_row[demand.sink]] = 1.0
+            heads, tails = node_row[net.dst[links]], node_row[net.src[links]]
+            keep = tails >= 0
+            rows.add(
+                np.concatenate((heads, tails[keep])),
+                np.concatenate((flow, flow[keep])),
+                np.concatenate((ones, -ones[keep])),
+                rhs,
+                rhs.copy(),
+            )
+            # f - u <= 0
+            r = np.arange(len(links))
+            rows.add(np.concatenate((r, r)), np.concatenate((flow, use[k, links])),
+                     np.concatenate((ones, -ones)), np.full(len(links), -np.inf), np.zeros(len(links)))
+    mult = np.asarray(multiplicity, dtype=float)
+    # capacity: sum_k m_k u_{k,l} - value_l x <= 0 for every link, then for every group
+    sets = [np.array([l]) for l in range(net.links)]
+    values = [link_values]
+    if group_values is not None and len(group_values):
+        sets += [net.group_idx[net.group_ptr[g]:net.group_ptr[g + 1]] for g in range(len(group_values))]
+        values.append(group_values)
+    r_idx, c_idx, v_idx = [], [], []
+    for i, members in enumerate(sets):
+        ks, js = np.nonzero(use[:, members] >= 0)
+        r_idx.append(np.full(len(ks) + 1, i))
+        c_idx.append(np.concatenate((use[ks, members[js]], [0])))
+        v_idx.append(np.concatenate((mult[ks], [0.0])))
+    bound = np.concatenate(values)
+    vals = np.concatenate(v_idx)
+    ends = np.cumsum([len(v) for v in v_idx]) - 1
+    vals[ends] = -bound  # the x coefficient of every row
+    rows.add(np.concatenate(r_idx), np.concatenate(c_idx), vals, np.full(len(sets), -np.inf), np.zeros(len(sets)))
+    r, c, v, lower, upper = rows.arrays()
+    cost = np.zeros(columns)
+    cost[0] = 1.0
+    return solve_lp(cost, np.full(columns, np.inf), (r, c, v), lower, upper)
+
+
+def _allowed(net: Network, demand: Demand) -> np.ndarray:
+    """Links worth flowing on: never into a source, never out of the sink."""
+    into_source = np.zeros(net.ranks, dtype=bool)
+    into_source[list(demand.sources)] = True
+    return ~into_source[net.dst] & (net.src != demand.sink)
+
+
+def flow_variables(demand_count: int, net: Network) -> int:
+    """Upper estimate of the flow LP's variables (to choose LP or cuts)."""
+    return demand_count * net.links
+
+
+# ---------------------------------------------------------------------------- cuts
+def cut_rate(net: Network, mask: np.ndarray, link_values: np.ndarray, group_values) -> tuple[float, str]:
+    """Most total rate out of the links in ``mask`` under link and group limits.
+
+    Exact: groups that cannot bind are dropped; if no link is then in two groups the answer
+    is closed-form, otherwise a small packing LP. Returns (rate, name of a limiting group or "").
+    """
+    link_sum = float(link_values[mask].sum())
+    if group_values is None or not len(group_values) or link_sum == 0.0:
+        return link_sum, ""
+    on_cut = mask[net.group_idx]
+    load = np.add.reduceat(np.where(on_cut, link_values[net.group_idx], 0.0), net.group_ptr[:-1])
+    binding = np.flatnonzero(load > group_values * (1 + _TOL))
+    if not len(binding):
+        return link_sum, ""
+    worst = net.group_names[binding[np.argmin(group_values[binding] / load[binding])]]
+    members = [net.group_idx[net.group_ptr[g]:net.group_ptr[g + 1]] for g in binding]
+    members = [m[mask[m]] for m in members]
+    counts = np.bincount(np.concatenate(members), minlength=net.links)
+    if counts.max() <= 1:
+        return link_sum - float((load[binding] - group_values[binding]).sum()), worst
+    shared = np.flatnonzero(counts)
+    column = np.full(net.links, -1, dtype=np.int64)
+    column[shared] = np.arange(len(shared))
+    rows = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
+    cols = column[np.concatenate(members)]
+    value = solve_lp(
+        -np.ones(len(shared)),
+        link_values[shared],
+        (rows, cols, np.ones(len(cols))),
+        np.full(len(members), -np.inf),
+        group_values[binding],
+    )
+    if value is None:  # keep a valid (over-)estimate of the rate
+        return link_sum - float((load[binding] - group_values[binding]).max()), worst
+    return link_sum - float(link_values[shared].sum()) - value, worst
+
+
+# ---------------------------------------------------------------------------- solver
+def solve_lp(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_SECONDS) -> float | None:
+    """Minimise cost.x over 0 <= x <= col_upper, row_lower <= A x <= row_upper (A in COO).
+
+    Returns the optimal objective, or None when the solver does not report optimality (a
+    timeout included: callers then fall back to a weaker bound, never to a guess).
+    """
+    rows, cols, vals = (np.asarray(a) for a in coo)
+    order = np.lexsort((cols, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    starts = np.searchsorted(rows, np.arange(len(row_lower) + 1))
+    try:
+        import highspy
+    except ImportError:  # pragma: no cover - highspy is a dependency
+        return _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper)
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = len(cost), len(row_lower)
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_ = np.zeros(len(cost))
+    lp.col_upper_ = np.where(np.isinf(col_upper), inf, col_upper).astype(float)
+    lp.row_lower_ = np.where(np.isinf(row_lower), -inf, row_lower).astype(float)
+    lp.row_upper_ = np.where(np.isinf(row_upper), inf, row_upper).astype(float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = starts.astype(np.int32)
+    lp.a_matrix_.index_ = cols.astype(np.int32)
+    lp.a_matrix_.value_ = vals.astype(float)
+    solver = _new_highs(highspy)
+    solver.setOptionValue("output_flag", False)
+    solver.setOptionValue("random_seed", 0)
+    solver.setOptionValue("time_limit", float(time_limit))
+    # interior point is far faster than simplex on the big, degenerate flow LPs
+    solver.setOptionValue("solver", "ipm" if len(cost) > 5000 else "simplex")
+    solver.passModel(lp)
+    solver.run()
+    if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    return float(solver.getInfo().objective_function_value)
+
+
+def _new_highs(highspy):
+    """A Highs object; the first one in a process prints a banner on fd 1, which we hide."""
+    global _quiet_done
+    if _quiet_done:
+        return highspy.Highs()
+    saved = os.dup(1)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        _quiet_done = True
+
+
+def _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper):  # pragma: no cover
+    import pulp
+
+    prob = pulp.LpProblem("bound", pulp.LpMinimize)
+    xs = [
+        pulp.LpVariable(f"x{i}", 0, None if math.isinf(u) else float(u)) for i, u in enumerate(col_upper)
+    ]
+    prob += pulp.lpSum(float(c) * x for c, x in zip(cost, xs) if c)
+    exprs: list[list] = [[] for _ in row_lower]
+    for r, c, v in zip(rows, cols, vals):
+        exprs[r].append(float(v) * xs[c])
+    for i, terms in enumerate(exprs):
+        expr = pulp.lpSum(terms)
+        if row_lower[i] == row_upper[i]:
+            prob += expr == float(row_lower[i])
+            continue
+        if not math.isinf(row_lower[i]):
+            prob += expr >= float(row_lower[i])
+        if not math.isinf(row_upper[i]):
+            prob += expr <= float(row_upper[i])
+    status = prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=LP_SECONDS))
+    if pulp.LpStatus[status] != "Optimal":
+        return None
+    return float(pulp.value(prob.objective) or 0.0)

@@ -1,0 +1,221 @@
+"""The contract cost model, the simulator (never above it), bandwidth figures and sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from synth.bounds import lower_bounds
+from synth.collectives import allgather, alltoall, broadcast
+from synth.cost import (
+    algbw_gbps,
+    busbw_gbps,
+    cost_rows,
+    format_size,
+    parse_size,
+    parse_sizes,
+    simulate_us,
+    step_time_us,
+    step_times_us,
+)
+from synth.errors import InputError
+from synth.io import read_json
+from synth.schedule import Schedule, Send, Step
+from synth.topology import Group, Link, Topology
+
+from tests.schedule_strategies import valid_schedules
+
+DATA = Path(__file__).parent / "data"
+MIB = 1 << 20
+SIZES = (1, 1000, 4096, MIB, 1 << 30)
+
+
+def example(name: str) -> Schedule:
+    return Schedule.from_dict(read_json(DATA / name))
+
+
+def line(n: int, bandwidth: float = 25.0, alpha: float = 0.7, groups=()) -> Topology:
+    links = []
+    for i in range(n - 1):
+        links += [Link(i, i + 1, bandwidth, alpha), Link(i + 1, i, bandwidth, alpha)]
+    return Topology(f"line{n}", n, tuple(links), tuple(groups))
+
+
+def chain_broadcast(topo: Topology) -> Schedule:
+    """0 -> 1 -> 2 -> ...: one send per step, each needing the one before."""
+    steps = tuple(Step((Send(0, i, i + 1),), 1) for i in range(topo.ranks - 1))
+    return Schedule(topo, broadcast(topo.ranks, root=0), steps)
+
+
+def hand_made() -> list[Schedule]:
+    """Schedules with several sends per link and step, groups, and independent work."""
+    pair = line(2)
+    nic = Group("nic", ((0, 1), (1, 2)), 10.0)
+    grouped = line(3, bandwidth=50.0, groups=(nic,))
+    out = [
+        # two chunks on one link in one step, then nothing depends on anything
+        Schedule(pair, allgather(2, chunks=2), (Step((Send(0, 0, 1), Send(1, 0, 1), Send(2, 1, 0), Send(3, 1, 0)), 2),)),
+        # independent steps: the simulator overlaps them
+        Schedule(pair, allgather(2), (Step((Send(0, 0, 1),), 1), Step((Send(1, 1, 0),), 1))),
+        # a slow shared NIC under two faster links
+        Schedule(grouped, broadcast(3, root=0, chunks=2), (
+            Step((Send(0, 0, 1),), None),
+            Step((Send(1, 0, 1), Send(0, 1, 2)), None),
+            Step((Send(1, 1, 2),), None),
+        )),
+        # alltoall on a line: relays wait for their data
+        Schedule(line(3), alltoall(3), (
+            Step((Send(1, 0, 1), Send(2, 0, 1), Send(5, 1, 2), Send(3, 1, 0), Send(6, 2, 1), Send(7, 2, 1)), 2),
+            Step((Send(2, 1, 2), Send(6, 1, 0)), 1),
+        )),
+    ]
+    return out
+
+
+# ------------------------------------------------------------------ the contract figures
+def test_uring4_examples_match_the_readme():
+    assert step_time_us(example("schedule-uring4-allgather-ring.json"), MIB) == pytest.approx(33.5573, abs=1e-4)
+    assert step_time_us(example("schedule-uring4-allreduce-ring.json"), MIB) == pytest.approx(67.1146, abs=1e-4)
+
+
+def test_step_durations():
+    times = step_times_us(example("schedule-uring4-allgather-ring.json"), MIB)
+    assert times == pytest.approx([0.7 + 262144 / 25e3] * 3)
+
+
+def test_link_pays_alpha_once_per_step_and_groups_pay_none():
+    pair_two = hand_made()[0]  # 4 chunks of S / 4 bytes
+    b = 2 * MIB / 4 / 1e3  # chunk bytes / 1e3: us at 1 GB/s
+    assert step_time_us(pair_two, 2 * MIB) == pytest.approx(0.7 + 2 * b / 25.0)
+    grouped = hand_made()[2]  # 2 chunks of S / 2 bytes
+    b = 2 * MIB / 2 / 1e3
+    # middle step: two links, one chunk each, but the NIC (10 GB/s) carries both
+    assert step_times_us(grouped, 2 * MIB)[1] == pytest.approx(2 * b / 10.0)
+
+
+def test_empty_steps_cost_nothing():
+    s = Schedule(line(2), allgather(2), (Step((), 1), Step((Send(0, 0, 1), Send(1, 1, 0)), 1)))
+    assert step_times_us(s, MIB)[0] == 0.0
+
+
+def test_a_send_on_no_link_is_an_input_error():
+    bad = example("schedule-uring4-allgather-no-link.json")
+    with pytest.raises(InputError, match="not a link"):
+        step_time_us(bad, MIB)
+    with pytest.raises(InputError):
+        simulate_us(bad, MIB)
+
+
+# ------------------------------------------------------------------ simulator
+def _sim_not_above_step(schedule: Schedule) -> None:
+    for size in SIZES:
+        assert simulate_us(schedule, size) <= step_time_us(schedule, size) * (1 + 1e-12) + 1e-9
+
+
+@pytest.mark.parametrize("name", ["schedule-uring4-allgather-ring.json", "schedule-uring4-allreduce-ring.json"])
+def test_simulator_on_the_rings_equals_the_step_model(name):
+    s = example(name)
+    _sim_not_above_step(s)
+    assert simulate_us(s, MIB) == pytest.approx(step_time_us(s, MIB))
+
+
+@pytest.mark.parametrize("index", range(len(hand_made())))
+def test_simulator_never_above_the_step_model(index):
+    _sim_not_above_step(hand_made()[index])
+
+
+def test_simulator_overlaps_independent_steps():
+    s = hand_made()[1]
+    assert simulate_us(s, MIB) == pytest.approx(step_time_us(s, MIB) / 2)
+
+
+@pytest.mark.parametrize("groups", [(), (Group("slow", ((1, 2), (2, 3)), 5.0),)])
+def test_simulator_equals_step_model_on_a_chain(groups):
+    s = chain_broadcast(line(4, groups=groups))
+    for size in SIZES:
+        assert simulate_us(s, size) == pytest.approx(step_time_us(s, size))
+
+
+def test_simulator_waits_for_data_and_serializes_links():
+    # relay 1 forwards chunk 0 to 2 only after it lands; link 0->1 carries two chunks back to back
+    topo = line(3, alpha=1.0)
+    s = Schedule(topo, broadcast(3, root=0, chunks=2), (
+        Step((Send(0, 0, 1), Send(1, 0, 1)), 2),
+        Step((Send(0, 1, 2), Send(1, 1, 2)), 2),
+    ))
+    t = 1000 / 25e3  # one 1000-byte chunk on 25 GB/s
+    assert simulate_us(s, 2000) == pytest.approx(2 * (1.0 + 2 * t) - t)  # second hop starts at 1+t
+    assert step_time_us(s, 2000) == pytest.approx(2 * (1.0 + 2 * t))
+
+
+def test_simulator_rejects_a_send_of_missing_data():
+    s = Schedule(line(3), broadcast(3, root=0), (Step((Send(0, 1, 2),), 1),))
+    with pytest.raises(InputError, match="does not hold"):
+        simulate_us(s, MIB)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=valid_schedules())
+def test_random_valid_schedules_simulate_within_the_step_model(schedule):
+    _sim_not_above_step(schedule)
+
+
+# ------------------------------------------------------------------ bandwidth figures
+def test_algbw_and_busbw():
+    assert algbw_gbps(10**9, 10**6) == pytest.approx(1.0)  # 1 GB in 1 s
+    assert algbw_gbps(MIB, 0.0) == float("inf")
+    assert busbw_gbps(8, 8e-3, 0.5) == pytest.approx(0.5)
+    assert busbw_gbps(4 * MIB, 100.0, allgather(4)) == pytest.approx(4 * MIB / 1e5 * 3 / 4)
+
+
+def test_cost_rows():
+    ring = example("schedule-uring4-allgather-ring.json")
+    bounds = lower_bounds(ring.topology, ring.collective)
+    rows = cost_rows(ring, [MIB, 1 << 30], bounds)
+    assert [r["size"] for r in rows] == [MIB, 1 << 30]
+    first = rows[0]
+    assert {"size", "step_time_us", "sim_time_us", "algbw_gbps", "busbw_gbps", "bound_fraction"} <= set(first)
+    assert first["step_time_us"] == pytest.approx(33.5573, abs=1e-4)
+    assert first["busbw_gbps"] == pytest.approx(first["algbw_gbps"] * 3 / 4)
+    assert first["bound_fraction"] == pytest.approx(bounds.time_us(MIB) / first["step_time_us"])
+    assert rows[1]["bound_fraction"] == pytest.approx(1.0, rel=1e-3)  # the ring meets the bound
+    assert cost_rows(ring, [MIB])[0]["bound_fraction"] is None
+
+
+# ------------------------------------------------------------------ sizes
+@pytest.mark.parametrize(
+    "text, size",
+    [("1K", 1024), ("1k", 1024), ("1M", MIB), ("2G", 2 << 30), ("1T", 1 << 40), ("4096", 4096),
+     ("1.5K", 1536), (" 8M ", 8 * MIB), ("1MB", MIB), ("1MiB", MIB), ("7", 7)],
+)
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1X", "-1K", "0", "0.3", "1.0001K", "1 K B"])
+def test_parse_size_errors_are_one_line(text):
+    with pytest.raises(InputError) as info:
+        parse_size(text)
+    assert "\n" not in str(info.value) and repr(text) in str(info.value)
+
+
+def test_parse_sizes():
+    assert parse_sizes("1K,1M,1G") == [1024, MIB, 1 << 30]
+    assert parse_sizes("64, 1K") == [64, 1024]
+    with pytest.raises(InputError):
+        parse_sizes(" , ")
+    with pytest.raises(InputError):
+        parse_sizes("1K,huge")
+
+
+def test_format_size():
+    assert [format_size(s) for s in (1, 1000, 1024, 1536, MIB, 3 * (1 << 30), 1 << 40)] == [
+        "1", "1000", "1K", "1.5K", "1M", "3G", "1T"]
+
+
+@given(st.integers(min_value=1, max_value=1 << 50))
+def test_format_size_round_trips(size):
+    assert parse_size(format_size(size)) == size
