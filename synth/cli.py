@@ -207,6 +207,74 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- synthesis
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _report_unsolved(result, what: str) -> int:
+    from synth.errors import EXIT_INFEASIBLE, EXIT_UNKNOWN
+    from synth.schedule import Status
+
+    if result.status == Status.INFEASIBLE:
+        print(f"synth: infeasible: {what} (proven) {result.message}".rstrip(), file=sys.stderr)
+        return EXIT_INFEASIBLE
+    if result.status == Status.TIMEOUT:
+        print(f"synth: unknown: the solver timed out on {what} after {result.seconds:.1f} s; "
+              "nothing was proven (raise --time-limit)", file=sys.stderr)
+        return EXIT_UNKNOWN
+    print(f"synth: error: the solver failed on {what}: {result.message}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def cmd_solve(args) -> int:
+    from synth.strategies import solve_instance
+
+    topo = _topology(args.topology)
+    rounds = args.rounds if args.rounds is not None else args.steps
+    if args.steps < 1 or rounds < args.steps or args.chunks < 1:
+        raise InputError("need steps >= 1, rounds >= steps and chunks >= 1")
+    what = f"{args.collective} on {topo.name} with {args.steps} steps, {rounds} rounds, {args.chunks} chunks"
+    result = solve_instance(topo, args.collective, args.root, args.steps, rounds, args.chunks,
+                            args.time_limit, _progress)
+    if result.schedule is None:
+        return _report_unsolved(result, what)
+    _write_or_print(result.schedule.to_dict(), args.output)
+    return 0
+
+
+def cmd_least_steps(args) -> int:
+    from synth.strategies import least_steps
+
+    topo = _topology(args.topology)
+    result, _ = least_steps(topo, args.collective, args.root, args.chunks, args.extra_rounds,
+                            args.max_steps, args.time_limit, _progress)
+    if result.schedule is None:
+        return _report_unsolved(result, f"{args.collective} on {topo.name}: {result.message}")
+    meta = result.schedule.meta
+    _progress(f"least steps: (S={meta.get('steps')}, R={meta.get('rounds')}, C={meta.get('chunks')})")
+    _write_or_print(result.schedule.to_dict(), args.output)
+    return 0
+
+
+def cmd_pareto(args) -> int:
+    from synth.io import write_frontier
+    from synth.strategies import pareto
+
+    topo = _topology(args.topology)
+    frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, _progress)
+    path = write_frontier(args.output, frontier)
+    for point in frontier.points:
+        print(f"(S={point.steps}, R={point.rounds}, C={point.chunks})  rounds/chunk {point.ratio}  "
+              f"{point.solve_seconds:.2f} s")
+    state = "complete" if frontier.complete else f"INCOMPLETE ({frontier.note or 'some attempts timed out'})"
+    print(f"frontier {state}: {len(frontier.points)} point(s); bounds steps {frontier.bounds.get('steps')}, "
+          f"rounds/chunk {frontier.bounds.get('rounds_per_chunk')}; wrote {path}")
+    if frontier.note == "interrupted":
+        return EXIT_INTERRUPTED
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="synth", description="Collective-communication schedule synthesizer.")
@@ -260,7 +328,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=int, help="pieces per rank/buffer for pipelining (algorithm default)")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("solve", help="synthesize one k-synchronous instance (steps, rounds, chunks)")
+    _add_problem(p)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--rounds", type=int, help="total rounds (default: = steps)")
+    p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
+    p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("least-steps", help="fewest steps with rounds = steps + extra rounds")
+    _add_problem(p)
+    p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
+    p.add_argument("--extra-rounds", type=int, default=0, help="rounds beyond one per step (default 0)")
+    p.add_argument("--max-steps", type=int, help="give up after this many steps")
+    p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.set_defaults(func=cmd_least_steps)
+
+    p = sub.add_parser("pareto", help="latency/bandwidth Pareto frontier of optimal schedules")
+    _add_problem(p)
+    p.add_argument("--max-chunks", type=int, default=8, help="largest chunks per rank to try (default 8)")
+    p.add_argument("-o", "--output", required=True, help="folder for frontier.json and schedules")
+    p.set_defaults(func=cmd_pareto)
     return parser
+
+
+def _add_problem(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology")
+    p.add_argument("collective")
+    p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
+    p.add_argument("--time-limit", type=float, default=120.0, help="seconds per solver attempt (default 120)")
 
 
 def _add_coll_options(p: argparse.ArgumentParser) -> None:

@@ -84,3 +84,46 @@ def load_schedule(path: str | Path, check: bool = True) -> Schedule:
 
 def save_schedule(path: str | Path, schedule: Schedule) -> None:
     write_json_atomic(path, schedule.to_dict())
+
+
+def schedule_file_name(collective: str, topology: str, steps: int, rounds: int | None, chunks: int) -> str:
+    """Stable file name derived from the problem, e.g. ``allgather.dgx1.s3-r7-c6.schedule.json``."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in topology)
+    return f"{collective}.{safe}.s{steps}-r{rounds}-c{chunks}.schedule.json"
+
+
+def write_frontier(folder: str | Path, frontier) -> Path:
+    """Write one schedule file per frontier point and ``frontier.json`` (each atomically)."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
+    points = []
+    for point in frontier.points:
+        name = schedule_file_name(frontier.collective, frontier.topology.name, point.steps, point.rounds, point.chunks)
+        save_schedule(folder / name, point.schedule)
+        points.append({
+            "steps": point.steps,
+            "rounds": point.rounds,
+            "chunks": point.chunks,
+            "schedule": name,
+            "solve_seconds": round(point.solve_seconds, 4),
+        })
+    doc = {
+        "topology": frontier.topology.name,
+        "collective": frontier.collective,
+        "complete": frontier.complete,
+        "bounds": frontier.bounds,
+        "points": points,
+        "attempts": [
+            {"steps": a.steps, "rounds": a.rounds, "chunks": a.chunks, "status": a.status.value,
+             "seconds": round(a.seconds, 4)}
+            for a in frontier.attempts
+        ],
+    }
+    if frontier.note:
+        doc["note"] = frontier.note
+    path = folder / "frontier.json"
+    write_json_atomic(path, doc)
+    return path

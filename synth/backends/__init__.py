@@ -1,0 +1,1 @@
+"""Solver backends. Solver objects (z3 terms, PuLP variables) never leave this package."""

@@ -1,0 +1,258 @@
+"""SCCL-style k-synchronous synthesis on z3, as a pure Boolean + pseudo-Boolean (SAT) encoding.
+
+For a non-combining collective, S steps and a rounds budget:
+  has[c][r][s]   rank r holds chunk c after step s (s = 0: the precondition), monotone in s;
+  send[c][l][s]  chunk c crosses link l = (a, b) in step s (1-based);
+  extra[s][k]    step s uses more than k rounds (unary, ordered), so rounds[s] = 1 + sum_k extra[s][k].
+Constraints: a send needs the sender to hold c at the step's start and the receiver not to;
+a rank holds c after s only if it held it before or some link brought it in s; every post rank
+holds c after S; per step, every link and group carries at most capacity x rounds[s] chunks;
+sum_s rounds[s] <= R (a selector literal per R, so one solver serves every R for given S, C).
+Variables that reachability rules out (hop distances) are never created.
+
+Solver objects never leave this module: callers get SolveResult with a Schedule or a status.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import z3
+
+from synth.collective import Collective
+from synth.schedule import Schedule, Send, SolveResult, Status, Step
+from synth.symmetry import Symmetry, interchangeable_chunks
+from synth.topology import Topology
+
+
+@dataclass(frozen=True)
+class SmtOptions:
+    """Knobs of the encoding; the defaults are the measured winners (see benchmarks/)."""
+
+    forbid_redundant_sends: bool = True
+    prune_useless_relays: bool = True
+    capacity_encoding: str = "guarded_card"  # or "pb": one pseudo-Boolean row per link-step
+    order_interchangeable_chunks: bool = True
+    receive_once: bool = False
+    random_seed: int = 0
+
+
+class SmtInstance:
+    """One encoding for (topology, collective, steps) that answers many rounds budgets.
+
+    >>> from synth.generators import uring
+    >>> from synth.collectives import allgather
+    >>> inst = SmtInstance(uring(3), allgather(3), steps=2, max_rounds=2)
+    >>> inst.solve(rounds=2).status.value
+    'solved'
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        collective: Collective,
+        steps: int,
+        max_rounds: int,
+        options: SmtOptions = SmtOptions(),
+        symmetries: tuple[Symmetry, ...] = (),
+    ) -> None:
+        """``symmetries`` *restrict* the search to schedules invariant under them: a SAT answer
+        is a real schedule, but INFEASIBLE then proves nothing about the unrestricted problem."""
+        if collective.combining:
+            raise ValueError("the SMT encoding takes non-combining collectives; use reductions")
+        if not topology.rounds_apply:
+            raise ValueError(f"{topology.name}: capacities are not whole numbers, rounds do not apply")
+        self.topology = topology
+        self.collective = collective
+        self.steps = steps
+        self.max_rounds = max(max_rounds, steps)
+        self.options = options
+        self.symmetries = tuple(sym for sym in symmetries if not sym.is_identity)
+        self._solver = z3.SolverFor("QF_FD")
+        self._solver.set("random_seed", options.random_seed)
+        self._selectors: dict[int, z3.BoolRef] = {}
+        self._build()
+
+    # ------------------------------------------------------------------ encoding
+    def _build(self) -> None:
+        topo, coll, S = self.topology, self.collective, self.steps
+        dist = topo.hop_distances
+        add = self._solver.add
+        self._dist = [
+            [min(dist[h][r] for h in coll.pre[c]) for r in range(topo.ranks)] for c in range(coll.chunks)
+        ]
+        # remaining[c][r]: largest hop distance from r to a post rank still lacking c
+        need = [sorted(coll.post[c] - coll.pre[c]) for c in range(coll.chunks)]
+        self.has: dict[tuple[int, int, int], object] = {}
+        for c in range(coll.chunks):
+            for r in range(topo.ranks):
+                for s in range(S + 1):
+                    if r in coll.pre[c]:
+                        value: object = True
+                    elif self._dist[c][r] > s:
+                        value = False
+                    else:
+                        value = z3.Bool(f"h_{c}_{r}_{s}")
+                    self.has[(c, r, s)] = value
+        self.send: dict[tuple[int, int, int, int], z3.BoolRef] = {}
+        for c in range(coll.chunks):
+            for link in topo.links:
+                a, b = link.src, link.dst
+                if b in coll.pre[c]:
+                    continue
+                for s in range(1, S + 1):
+                    if self._dist[c][a] > s - 1:
+                        continue
+                    if self.options.prune_useless_relays and not any(
+                        dist[b][d] <= S - s for d in need[c]
+                    ):
+                        continue
+                    self.send[(c, a, b, s)] = z3.Bool(f"x_{c}_{a}_{b}_{s}")
+        incoming: dict[tuple[int, int, int], list] = {}
+        for (c, a, b, s), var in self.send.items():
+            add(z3.Implies(var, _lit(self.has[(c, a, s - 1)])))
+            add(z3.Implies(var, _lit(self.has[(c, b, s)])))
+            if self.options.forbid_redundant_sends:
+                add(z3.Implies(var, z3.Not(_lit(self.has[(c, b, s - 1)]))))
+            incoming.setdefault((c, b, s), []).append(var)
+        if self.options.receive_once:
+            into: dict[tuple[int, int], list] = {}
+            for (c, b, s), vars_ in incoming.items():
+                into.setdefault((c, b), []).extend(vars_)
+            for (c, b), vars_ in into.items():
+                if b in coll.post[c]:
+                    add(z3.PbEq([(v, 1) for v in vars_], 1))
+                elif len(vars_) > 1:
+                    add(z3.AtMost(*vars_, 1))
+        for (c, r, s), value in self.has.items():
+            if s == 0 or not isinstance(value, z3.BoolRef):
+                continue
+            prev = _lit(self.has[(c, r, s - 1)])
+            add(z3.Implies(value, z3.Or(prev, *incoming.get((c, r, s), []))))
+            add(z3.Implies(prev, value))
+        for c, post in enumerate(coll.post):
+            for r in post:
+                add(_lit(self.has[(c, r, S)]))
+        if self.symmetries:
+            self._tie_symmetric(add)
+        elif self.options.order_interchangeable_chunks:
+            self._order_chunks(add)
+        # rounds: extra[s][k] for k < max extra per step, ordered
+        spare = self.max_rounds - S
+        self.extra = [[z3.Bool(f"e_{s}_{k}") for k in range(spare)] for s in range(1, S + 1)]
+        for row in self.extra:
+            for k in range(1, len(row)):
+                add(z3.Implies(row[k], row[k - 1]))
+        per_link: dict[tuple[int, int, int], list] = {}
+        for (c, a, b, s), var in self.send.items():
+            per_link.setdefault((a, b, s), []).append(var)
+        for (a, b, s), vars_ in per_link.items():
+            cap = topo.link_capacity(topo.link(a, b))
+            self._capacity(vars_, cap, s)
+        for group in topo.groups:
+            cap = topo.group_capacity(group)
+            for s in range(1, S + 1):
+                vars_ = [v for key in group.links for v in per_link.get((key[0], key[1], s), [])]
+                self._capacity(vars_, cap, s)
+
+    def _tie_symmetric(self, add) -> None:
+        for sym in self.symmetries:
+            for (c, a, b, s), var in self.send.items():
+                image = self.send.get((sym.chunks[c], sym.ranks[a], sym.ranks[b], s))
+                add(var == image if image is not None else z3.Not(var))
+            for (c, r, s), value in self.has.items():
+                if isinstance(value, z3.BoolRef):
+                    add(value == _lit(self.has[(sym.chunks[c], sym.ranks[r], s)]))
+
+    def _order_chunks(self, add) -> None:
+        """Interchangeable chunks reach a designated rank in index order (a valid relabeling)."""
+        for members in interchangeable_chunks(self.collective):
+            first = members[0]
+            targets = sorted(self.collective.post[first] - self.collective.pre[first])
+            if not targets:
+                continue
+            d = max(targets, key=lambda r: (self._dist[first][r], -r))
+            for c1, c2 in zip(members, members[1:]):
+                for s in range(self.steps + 1):
+                    later, earlier = self.has[(c2, d, s)], self.has[(c1, d, s)]
+                    if isinstance(later, z3.BoolRef):
+                        add(z3.Implies(later, _lit(earlier)))
+
+    def _capacity(self, sends: list, cap: int, step: int) -> None:
+        row = self.extra[step - 1]
+        if len(sends) <= cap:
+            return
+        if not row:
+            self._solver.add(z3.AtMost(*sends, cap))
+            return
+        if self.options.capacity_encoding == "guarded_card":
+            # rounds[step] <= 1 + k  (i.e. not extra[k])  =>  at most cap * (1 + k) sends
+            for k, more in enumerate(row):
+                if len(sends) > cap * (1 + k):
+                    self._solver.add(z3.Or(more, z3.AtMost(*sends, cap * (1 + k))))
+            if len(sends) > cap * (1 + len(row)):
+                self._solver.add(z3.AtMost(*sends, cap * (1 + len(row))))
+            return
+        # sum(sends) <= cap * (1 + sum(row))  <=>  sum(sends) + cap * sum(not row) <= cap * (1 + len(row))
+        terms = [(v, 1) for v in sends] + [(z3.Not(e), cap) for e in row]
+        self._solver.add(z3.PbLe(terms, cap * (1 + len(row))))
+
+    def _selector(self, rounds: int) -> z3.BoolRef:
+        if rounds not in self._selectors:
+            sel = z3.Bool(f"rounds_le_{rounds}")
+            flat = [e for row in self.extra for e in row]
+            if flat:
+                self._solver.add(z3.Implies(sel, z3.AtMost(*flat, rounds - self.steps)))
+            self._selectors[rounds] = sel
+        return self._selectors[rounds]
+
+    # ------------------------------------------------------------------ solving
+    def solve(self, rounds: int, time_limit: float | None = None) -> SolveResult:
+        """Is there a schedule with these steps and at most ``rounds`` rounds in total?"""
+        if rounds < self.steps or rounds > self.max_rounds:
+            raise ValueError(f"rounds {rounds} outside {self.steps}..{self.max_rounds}")
+        started = time.perf_counter()
+        if time_limit is not None:
+            self._solver.set("timeout", max(1, int(time_limit * 1000)))
+        verdict = self._solver.check(self._selector(rounds))
+        seconds = time.perf_counter() - started
+        if verdict == z3.unsat:
+            return SolveResult(Status.INFEASIBLE, None, seconds)
+        if verdict == z3.unknown:
+            reason = self._solver.reason_unknown()
+            status = Status.TIMEOUT if "timeout" in reason or "canceled" in reason else Status.ERROR
+            return SolveResult(status, None, seconds, reason)
+        return SolveResult(Status.SOLVED, self._decode(self._solver.model(), seconds), seconds)
+
+    def _decode(self, model: z3.ModelRef, seconds: float) -> Schedule:
+        coll = self.collective
+        chosen: dict[int, dict[tuple[int, int], Send]] = {s: {} for s in range(1, self.steps + 1)}
+        for (c, a, b, s), var in sorted(self.send.items()):
+            if z3.is_true(model.eval(var, model_completion=True)) and (b, c) not in chosen[s]:
+                chosen[s][(b, c)] = Send(c, a, b)
+        steps = []
+        for s in range(1, self.steps + 1):
+            extra = sum(z3.is_true(model.eval(e, model_completion=True)) for e in self.extra[s - 1])
+            steps.append(Step(tuple(sorted(chosen[s].values())), 1 + extra))
+        meta = {"synthesizer": "smt", "solve_seconds": round(seconds, 4)}
+        return Schedule(self.topology, coll, tuple(steps), meta)
+
+
+def _lit(value: object) -> z3.BoolRef:
+    if value is True:
+        return z3.BoolVal(True)
+    if value is False:
+        return z3.BoolVal(False)
+    return value  # type: ignore[return-value]
+
+
+def steps_possible(topology: Topology, collective: Collective) -> float:
+    """Fewest steps any schedule needs (hop distance), math.inf when unreachable."""
+    dist = topology.hop_distances
+    worst = 0.0
+    for pre, post in zip(collective.pre, collective.post):
+        for r in post - pre:
+            worst = max(worst, min(dist[h][r] for h in pre))
+    return worst if worst != math.inf else math.inf

@@ -1,0 +1,368 @@
+"""Search strategies over k-synchronous instances: solve one, least steps, the Pareto frontier.
+
+Flow: bounds -> reductions (combining collectives run as their duals on the reversed topology;
+allreduce as reduce_scatter + allgather) -> SMT backend -> verify. Only INFEASIBLE prunes; a
+TIMEOUT is reported and marks a frontier incomplete, never "infeasible".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable
+
+from synth.backends.smt import SmtInstance, SmtOptions
+from synth.bounds import lower_bounds
+from synth.collective import Collective
+from synth.collectives import make_collective
+from synth.errors import InputError
+from synth.reductions import compose, dual_collective, dual_schedule
+from synth.schedule import Schedule, SolveResult, Status
+from synth.symmetry import collective_symmetries
+from synth.topology import Topology
+from synth.verify import verify
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One solver call: the instance, how it ended, and how long it took."""
+
+    steps: int
+    rounds: int
+    chunks: int
+    status: Status
+    seconds: float
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    steps: int
+    rounds: int
+    chunks: int
+    schedule: Schedule
+    solve_seconds: float
+
+    @property
+    def ratio(self) -> Fraction:
+        return Fraction(self.rounds, self.chunks)
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Non-dominated (steps, rounds/chunk) points; ``complete`` only if nothing timed out."""
+
+    topology: Topology
+    collective: str
+    points: tuple[FrontierPoint, ...]
+    complete: bool
+    attempts: tuple[Attempt, ...] = ()
+    note: str = ""
+    bounds: dict = field(default_factory=dict)
+
+
+class SmtSession:
+    """Builds and caches SMT instances for one (topology, collective kind): solver reuse."""
+
+    def __init__(self, topology: Topology, name: str, root: int | None, options: SmtOptions = SmtOptions()):
+        base = make_collective(name, topology.ranks, root=root, chunks=1)
+        base.check_on(topology)
+        if not topology.rounds_apply:
+            raise InputError(
+                f"{topology.name}: link/group capacities are not whole multiples of the slowest link, "
+                "so k-synchronous rounds do not apply (use the MILP backend)"
+            )
+        self.name, self.root, self.options = name, root, options
+        self.original = topology
+        self.combining = base.combining
+        if name == "allreduce":
+            raise InputError("allreduce is solved as reduce_scatter + allgather: use solve_allreduce")
+        # combining collectives run as their non-combining dual on the reversed topology
+        self.topology = topology.reversed() if base.combining else topology
+        self._instances: dict[tuple[int, int], SmtInstance] = {}
+        self._symmetric: dict[tuple[int, int], SmtInstance | None] = {}
+
+    def collective(self, chunks: int) -> Collective:
+        coll = make_collective(self.name, self.original.ranks, root=self.root, chunks=chunks)
+        return dual_collective(coll) if coll.combining else coll
+
+    def _instance(self, steps: int, chunks: int, max_rounds: int) -> SmtInstance:
+        key = (steps, chunks)
+        inst = self._instances.get(key)
+        if inst is None or inst.max_rounds < max_rounds:
+            inst = SmtInstance(self.topology, self.collective(chunks), steps, max_rounds, self.options)
+            self._instances[key] = inst
+        return inst
+
+    def solve(self, steps: int, rounds: int, chunks: int, time_limit: float | None) -> SolveResult:
+        """Is (steps, rounds, chunks) feasible? A SOLVED result carries a verified schedule."""
+        started = time.perf_counter()
+        result = self._solve_symmetric(steps, rounds, chunks, time_limit)
+        if result is None or result.status != Status.SOLVED:
+            remaining = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
+            result = self._instance(steps, chunks, rounds).solve(rounds, remaining)
+        seconds = time.perf_counter() - started
+        if result.status != Status.SOLVED:
+            return SolveResult(result.status, None, seconds, result.message)
+        schedule = result.schedule
+        if self.combining:
+            dual = dual_schedule(schedule)
+            schedule = Schedule(self.original, dual.collective, dual.steps, dual.meta)
+        schedule = schedule.with_meta(synthesizer="smt", solve_seconds=round(seconds, 4),
+                                      steps=steps, rounds=schedule.total_rounds, chunks=chunks)
+        _check(schedule)
+        return SolveResult(Status.SOLVED, schedule, seconds)
+
+    def _solve_symmetric(self, steps, rounds, chunks, time_limit) -> SolveResult | None:
+        """Try the search restricted to topology symmetries first: fast SAT, proves nothing."""
+        key = (steps, chunks)
+        if key not in self._symmetric:
+            syms = tuple(collective_symmetries(self.topology, self.collective(chunks), limit=64))
+            self._symmetric[key] = (
+                SmtInstance(self.topology, self.collective(chunks), steps, rounds, self.options, syms)
+                if len(syms) > 1
+                else None
+            )
+        inst = self._symmetric[key]
+        if inst is None:
+            return None
+        if inst.max_rounds < rounds:
+            syms = inst.symmetries
+            inst = SmtInstance(self.topology, self.collective(chunks), steps, rounds, self.options, syms)
+            self._symmetric[key] = inst
+        share = None if time_limit is None else time_limit / 4
+        return inst.solve(rounds, share)
+
+
+def _check(schedule: Schedule) -> None:
+    violations = verify(schedule)
+    if violations:
+        raise RuntimeError(f"solver returned an invalid schedule (a bug in synth): {violations[0]}")
+
+
+def pareto(
+    topology: Topology,
+    name: str,
+    root: int | None = None,
+    max_chunks: int = 8,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+    options: SmtOptions = SmtOptions(),
+) -> Frontier:
+    """Walk steps upward from the steps bound; for each, the least rounds/chunk below the best so far.
+
+    Stops when a point meets both bounds, or when no (R, C) with R >= S, C <= max_chunks can
+    beat the best ratio found. Ctrl-C returns what was found so far (complete=False).
+    """
+    if name == "allreduce":
+        return pareto_allreduce(topology, max_chunks, time_limit, progress)
+    session = SmtSession(topology, name, root, options)
+    bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
+    steps_lb = max(1, bounds.steps)
+    ratio_lb = bounds.rounds_per_chunk
+    points: list[FrontierPoint] = []
+    attempts: list[Attempt] = []
+    best = math.inf
+    complete = True
+    note = ""
+    S = steps_lb
+    try:
+        while True:
+            if best != math.inf and S >= best * max_chunks:
+                break  # R >= S and R/C < best with C <= max_chunks is impossible
+            found = None
+            for C in range(1, max_chunks + 1):
+                low = max(S, math.ceil(ratio_lb * C))
+                high = _rounds_cap(session, S, C) if best == math.inf else math.ceil(best * C) - 1
+                R = low
+                while R <= high and Fraction(R, C) < (Fraction(best) if best != math.inf else math.inf):
+                    result = session.solve(S, R, C, time_limit)
+                    attempts.append(Attempt(S, R, C, result.status, result.seconds))
+                    progress(f"{topology.name} {name} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
+                    if result.status == Status.SOLVED:
+                        actual = result.schedule.total_rounds
+                        point = FrontierPoint(S, actual, C, result.schedule, result.seconds)
+                        if found is None or point.ratio < found.ratio:
+                            found = point
+                        best = min(best, point.ratio)
+                        break
+                    if result.status != Status.INFEASIBLE:
+                        complete = False
+                    R += 1
+            if found is not None:
+                points.append(found)
+                if found.steps == steps_lb and ratio_lb is not None and found.ratio == ratio_lb:
+                    break
+                if ratio_lb is not None and found.ratio == ratio_lb:
+                    break
+            S += 1
+    except KeyboardInterrupt:
+        complete = False
+        note = "interrupted"
+    frontier = _non_dominated(points)
+    return Frontier(topology, name, tuple(frontier), complete, tuple(attempts), note,
+                    {"steps": steps_lb, "rounds_per_chunk": str(ratio_lb) if ratio_lb is not None else None})
+
+
+def _rounds_cap(session: SmtSession, steps: int, chunks: int) -> int:
+    """Rounds that certainly suffice for ``steps`` (every chunk on one link in one step)."""
+    coll = session.collective(chunks)
+    return steps * max(1, coll.chunks)
+
+
+def _non_dominated(points: list[FrontierPoint]) -> list[FrontierPoint]:
+    out = []
+    for p in sorted(points, key=lambda p: (p.steps, p.ratio, p.chunks)):
+        if not any(q.steps <= p.steps and q.ratio <= p.ratio and q is not p and (q.steps, q.ratio) != (p.steps, p.ratio) for q in points):
+            if all((q.steps, q.ratio) != (p.steps, p.ratio) for q in out):
+                out.append(p)
+    return out
+
+
+def least_steps(
+    topology: Topology,
+    name: str,
+    root: int | None = None,
+    chunks: int = 1,
+    extra_rounds: int = 0,
+    max_steps: int | None = None,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+) -> tuple[SolveResult, tuple[Attempt, ...]]:
+    """Fewest steps S with rounds S + extra_rounds; starts where both bounds allow, stops at a cap."""
+    if name == "allreduce":
+        return _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress)
+    session = SmtSession(topology, name, root)
+    bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
+    start = max(1, bounds.steps)
+    if bounds.rounds_per_chunk is not None:
+        start = max(start, math.ceil(bounds.rounds_per_chunk * chunks) - extra_rounds)
+    cap = max_steps if max_steps is not None else start + 2 * topology.ranks * chunks
+    attempts: list[Attempt] = []
+    unknown = False
+    for S in range(start, cap + 1):
+        result = session.solve(S, S + extra_rounds, chunks, time_limit)
+        attempts.append(Attempt(S, S + extra_rounds, chunks, result.status, result.seconds))
+        progress(f"{topology.name} {name} (S={S}, R={S + extra_rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
+        if result.status == Status.SOLVED:
+            return result, tuple(attempts)
+        if result.status != Status.INFEASIBLE:
+            unknown = True
+    status = Status.TIMEOUT if unknown else Status.INFEASIBLE
+    message = (
+        f"no schedule with {start}..{cap} steps ({extra_rounds} extra rounds, {chunks} chunks)"
+        + (": some attempts timed out, so more steps may or may not be needed" if unknown else " (proven)")
+    )
+    return SolveResult(status, None, sum(a.seconds for a in attempts), message), tuple(attempts)
+
+
+def solve_instance(
+    topology: Topology,
+    name: str,
+    root: int | None,
+    steps: int,
+    rounds: int,
+    chunks: int,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+) -> SolveResult:
+    """One instance; allreduce as the best-balanced reduce_scatter + allgather split that fits."""
+    if name == "allreduce":
+        return _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress)
+    result = SmtSession(topology, name, root).solve(steps, rounds, chunks, time_limit)
+    progress(f"{topology.name} {name} (S={steps}, R={rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
+    return result
+
+
+def _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress) -> SolveResult:
+    rs, ag = SmtSession(topology, "reduce_scatter", None), SmtSession(topology, "allgather", None)
+    lb_rs = lower_bounds(topology, make_collective("reduce_scatter", topology.ranks)).steps
+    lb_ag = lower_bounds(topology, make_collective("allgather", topology.ranks)).steps
+    splits = [
+        (s1, r1)
+        for s1 in range(max(1, lb_rs), steps - max(1, lb_ag) + 1)
+        for r1 in range(s1, rounds - (steps - s1) + 1)
+    ]
+    splits.sort(key=lambda sr: (abs(2 * sr[0] - steps), abs(2 * sr[1] - rounds)))
+    started = time.perf_counter()
+    unknown = False
+    for s1, r1 in splits:
+        s2, r2 = steps - s1, rounds - r1
+        first = rs.solve(s1, r1, chunks, time_limit)
+        progress(f"{topology.name} reduce_scatter (S={s1}, R={r1}, C={chunks}): {first.status.value} {first.seconds:.2f}s")
+        if first.status != Status.SOLVED:
+            unknown |= first.status != Status.INFEASIBLE
+            continue
+        second = ag.solve(s2, r2, chunks, time_limit)
+        progress(f"{topology.name} allgather (S={s2}, R={r2}, C={chunks}): {second.status.value} {second.seconds:.2f}s")
+        if second.status != Status.SOLVED:
+            unknown |= second.status != Status.INFEASIBLE
+            continue
+        return SolveResult(Status.SOLVED, _compose_allreduce(topology, first.schedule, second.schedule, chunks),
+                           time.perf_counter() - started)
+    status = Status.TIMEOUT if unknown else Status.INFEASIBLE
+    return SolveResult(status, None, time.perf_counter() - started,
+                       "as a reduce_scatter + allgather composition (a direct allreduce might fit)")
+
+
+def _compose_allreduce(topology: Topology, rs: Schedule, ag: Schedule, chunks: int) -> Schedule:
+    coll = make_collective("allreduce", topology.ranks, chunks=chunks)
+    schedule = compose(rs, ag, coll).with_meta(
+        synthesizer="smt", composition="reduce_scatter+allgather",
+        steps=len(rs.steps) + len(ag.steps), rounds=(rs.total_rounds or 0) + (ag.total_rounds or 0), chunks=chunks,
+        solve_seconds=round(rs.meta.get("solve_seconds", 0) + ag.meta.get("solve_seconds", 0), 4),
+    )
+    _check(schedule)
+    return schedule
+
+
+def pareto_allreduce(
+    topology: Topology,
+    max_chunks: int = 8,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+) -> Frontier:
+    """Allreduce frontier as compositions of the reduce_scatter and allgather frontiers (equal C)."""
+    rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
+    ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
+    points = []
+    for a in rs.points:
+        for b in ag.points:
+            if a.chunks == b.chunks:
+                schedule = _compose_allreduce(topology, a.schedule, b.schedule, a.chunks)
+                points.append(FrontierPoint(a.steps + b.steps, a.rounds + b.rounds, a.chunks, schedule,
+                                            a.solve_seconds + b.solve_seconds))
+    note = "composition of the reduce_scatter and allgather frontiers at equal chunks"
+    if rs.note or ag.note:
+        note += f"; {rs.note or ag.note}"
+    return Frontier(topology, "allreduce", tuple(_non_dominated(points)), rs.complete and ag.complete,
+                    rs.attempts + ag.attempts, note,
+                    {"steps": (rs.bounds.get("steps") or 0) + (ag.bounds.get("steps") or 0),
+                     "rounds_per_chunk": _sum_ratio(rs.bounds, ag.bounds)})
+
+
+def _sum_ratio(a: dict, b: dict) -> str | None:
+    if a.get("rounds_per_chunk") is None or b.get("rounds_per_chunk") is None:
+        return None
+    return str(Fraction(a["rounds_per_chunk"]) + Fraction(b["rounds_per_chunk"]))
+
+
+def _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress):
+    """Least-steps reduce_scatter then least-steps allgather (each with half the extra rounds)."""
+    first_extra = extra_rounds // 2
+    rs, rs_attempts = least_steps(topology, "reduce_scatter", None, chunks, first_extra, max_steps, time_limit, progress)
+    if rs.schedule is None:
+        return rs, rs_attempts
+    ag, ag_attempts = least_steps(topology, "allgather", None, chunks, extra_rounds - first_extra, max_steps,
+                                  time_limit, progress)
+    if ag.schedule is None:
+        return ag, rs_attempts + ag_attempts
+    schedule = _compose_allreduce(topology, rs.schedule, ag.schedule, chunks)
+    return SolveResult(Status.SOLVED, schedule, rs.seconds + ag.seconds), rs_attempts + ag_attempts
