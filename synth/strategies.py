@@ -15,6 +15,7 @@ from typing import Callable
 
 from synth.backends.smt import SmtInstance, SmtOptions
 from synth.bounds import lower_bounds
+from synth.bounds_steps import distribution_load, least_rounds
 from synth.collective import Collective
 from synth.collectives import make_collective
 from synth.errors import InputError
@@ -93,6 +94,10 @@ class SmtSession:
         coll = make_collective(self.name, self.original.ranks, root=self.root, chunks=chunks)
         return dual_collective(coll) if coll.combining else coll
 
+    def rounds_floor(self, steps: int, chunks: int) -> float:
+        """Fewest rounds any ``steps``-step schedule needs (time-expanded LP; inf: too few steps)."""
+        return least_rounds(self.topology, self.collective(chunks), steps)
+
     def _instance(self, steps: int, chunks: int, max_rounds: int) -> SmtInstance:
         key = (steps, chunks)
         inst = self._instances.get(key)
@@ -104,10 +109,14 @@ class SmtSession:
     def solve(self, steps: int, rounds: int, chunks: int, time_limit: float | None) -> SolveResult:
         """Is (steps, rounds, chunks) feasible? A SOLVED result carries a verified schedule."""
         started = time.perf_counter()
-        result = self._solve_symmetric(steps, rounds, chunks, time_limit)
-        if result is None or result.status != Status.SOLVED:
-            remaining = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
-            result = self._instance(steps, chunks, rounds).solve(rounds, remaining)
+        splits = _splits(rounds, steps)
+        if splits is not None:
+            result = self._solve_by_splits(steps, rounds, chunks, splits, time_limit)
+        else:
+            result = self._solve_symmetric(steps, rounds, chunks, time_limit)
+            if result is None or result.status != Status.SOLVED:
+                remaining = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
+                result = self._instance(steps, chunks, rounds).solve(rounds, remaining)
         seconds = time.perf_counter() - started
         if result.status != Status.SOLVED:
             return SolveResult(result.status, None, seconds, result.message)
@@ -119,6 +128,36 @@ class SmtSession:
                                       steps=steps, rounds=schedule.total_rounds, chunks=chunks)
         _check(schedule)
         return SolveResult(Status.SOLVED, schedule, seconds)
+
+    def _solve_by_splits(self, steps, rounds, chunks, splits, time_limit) -> SolveResult:
+        """Exact: every way to spread the rounds over the steps is ruled out by the LP, proven
+        UNSAT, or tried, with growing time budgets so that an easy split is found first."""
+        coll = self.collective(chunks)
+        loads = [(distribution_load(self.topology, coll, split), split) for split in splits]
+        pending = [split for load, split in sorted(loads, key=lambda ls: (ls[0] if ls[0] is not None else 1.0, ls[1]))
+                   if load is None or load <= 1 + 1e-7]
+        if not pending:
+            return SolveResult(Status.INFEASIBLE, None, 0.0, "every split of the rounds is ruled out by the LP bound")
+        inst = self._instance(steps, chunks, rounds)
+        started = time.perf_counter()
+        budget = 0.25
+        while pending:
+            left = None if time_limit is None else time_limit - (time.perf_counter() - started)
+            if left is not None and left <= 0:
+                return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "time limit")
+            still = []
+            for split in pending:
+                share = budget if left is None else min(budget, max(0.01, time_limit - (time.perf_counter() - started)))
+                result = inst.solve_split(split, share)
+                if result.status == Status.SOLVED:
+                    return result
+                if result.status == Status.TIMEOUT:
+                    still.append(split)
+                elif result.status == Status.ERROR:
+                    return result
+            pending = still
+            budget *= 4
+        return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started)
 
     def _solve_symmetric(self, steps, rounds, chunks, time_limit) -> SolveResult | None:
         """Try the search restricted to topology symmetries first: fast SAT, proves nothing."""
@@ -139,6 +178,26 @@ class SmtSession:
             self._symmetric[key] = inst
         share = None if time_limit is None else time_limit / 4
         return inst.solve(rounds, share)
+
+
+MAX_SPLITS = 200
+
+
+def _splits(rounds: int, steps: int) -> list[tuple[int, ...]] | None:
+    """Every way to give each step >= 1 round, summing to ``rounds`` (None when too many)."""
+    if math.comb(rounds - 1, steps - 1) > MAX_SPLITS:
+        return None
+    out: list[tuple[int, ...]] = []
+
+    def extend(prefix: tuple[int, ...], left: int, slots: int) -> None:
+        if slots == 1:
+            out.append(prefix + (left,))
+            return
+        for first in range(1, left - slots + 2):
+            extend(prefix + (first,), left - first, slots - 1)
+
+    extend((), rounds, steps)
+    return out
 
 
 def _check(schedule: Schedule) -> None:
@@ -169,46 +228,74 @@ def pareto(
     ratio_lb = bounds.rounds_per_chunk
     points: list[FrontierPoint] = []
     attempts: list[Attempt] = []
-    best = math.inf
+    best: Fraction | None = None
     complete = True
     note = ""
+
+    def attempt(S: int, R: int, C: int) -> SolveResult:
+        result = session.solve(S, R, C, time_limit)
+        attempts.append(Attempt(S, R, C, result.status, result.seconds))
+        progress(f"{topology.name} {name} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
+        return result
+
     S = steps_lb
     try:
-        while True:
-            if best != math.inf and S >= best * max_chunks:
-                break  # R >= S and R/C < best with C <= max_chunks is impossible
-            found = None
-            for C in range(1, max_chunks + 1):
-                low = max(S, math.ceil(ratio_lb * C))
-                high = _rounds_cap(session, S, C) if best == math.inf else math.ceil(best * C) - 1
-                R = low
-                while R <= high and Fraction(R, C) < (Fraction(best) if best != math.inf else math.inf):
-                    result = session.solve(S, R, C, time_limit)
-                    attempts.append(Attempt(S, R, C, result.status, result.seconds))
-                    progress(f"{topology.name} {name} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
+        while best is None or S < best * max_chunks:  # else no R >= S, C <= K beats best
+            incumbent: FrontierPoint | None = None
+            ceiling = best
+            if best is None:
+                # any schedule with S steps at all? (ample rounds); its rounds cap the search
+                R = _rounds_cap(session, S, 1)
+                result = attempt(S, R, 1)
+                if result.status == Status.SOLVED:
+                    incumbent = FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule, result.seconds)
+                    ceiling = incumbent.ratio
+                elif result.status != Status.INFEASIBLE:
+                    complete = False
+            if ceiling is not None:
+                infeasible_up_to: dict[int, int] = {}
+                for R, C in _candidates(S, ratio_lb, ceiling, max_chunks):
+                    if R <= infeasible_up_to.get(C, 0):
+                        continue  # fewer rounds than a proven-infeasible budget
+                    if R < session.rounds_floor(S, C):
+                        continue  # the time-expanded LP rules it out: no solver call needed
+                    result = attempt(S, R, C)
                     if result.status == Status.SOLVED:
-                        actual = result.schedule.total_rounds
-                        point = FrontierPoint(S, actual, C, result.schedule, result.seconds)
-                        if found is None or point.ratio < found.ratio:
-                            found = point
-                        best = min(best, point.ratio)
-                        break
-                    if result.status != Status.INFEASIBLE:
+                        found = FrontierPoint(S, result.schedule.total_rounds, C, result.schedule, result.seconds)
+                        if incumbent is None or found.ratio < incumbent.ratio:
+                            incumbent = found
+                        break  # candidates come in increasing rounds/chunk: this is the least
+                    if result.status == Status.INFEASIBLE:
+                        infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), R)
+                    else:
                         complete = False
-                    R += 1
-            if found is not None:
-                points.append(found)
-                if found.steps == steps_lb and ratio_lb is not None and found.ratio == ratio_lb:
-                    break
-                if ratio_lb is not None and found.ratio == ratio_lb:
-                    break
+            if incumbent is not None and (best is None or incumbent.ratio < best):
+                points.append(incumbent)
+                best = incumbent.ratio
+                if ratio_lb is not None and best <= ratio_lb:
+                    break  # meets the rounds bound: more steps cannot help
             S += 1
     except KeyboardInterrupt:
         complete = False
         note = "interrupted"
+    if not note and ratio_lb is not None and (best is None or best > ratio_lb):
+        note = (f"the rounds bound {ratio_lb} is not reached with at most {max_chunks} chunks; "
+                f"best rounds/chunk found: {best}")
     frontier = _non_dominated(points)
     return Frontier(topology, name, tuple(frontier), complete, tuple(attempts), note,
                     {"steps": steps_lb, "rounds_per_chunk": str(ratio_lb) if ratio_lb is not None else None})
+
+
+def _candidates(S: int, ratio_lb, ceiling: Fraction, max_chunks: int) -> list[tuple[int, int]]:
+    """(R, C) with R >= S, R/C in [ratio bound, ceiling), by increasing R/C then C."""
+    out = []
+    for C in range(1, max_chunks + 1):
+        low = max(S, math.ceil((ratio_lb or 0) * C))
+        R = low
+        while Fraction(R, C) < ceiling:
+            out.append((R, C))
+            R += 1
+    return sorted(out, key=lambda rc: (Fraction(rc[0], rc[1]), rc[1]))
 
 
 def _rounds_cap(session: SmtSession, steps: int, chunks: int) -> int:
@@ -248,6 +335,11 @@ def least_steps(
     attempts: list[Attempt] = []
     unknown = False
     for S in range(start, cap + 1):
+        if S + extra_rounds < session.rounds_floor(S, chunks):
+            progress(f"{topology.name} {name} (S={S}, R={S + extra_rounds}, C={chunks}): "
+                     "infeasible by the time-expanded LP bound")
+            attempts.append(Attempt(S, S + extra_rounds, chunks, Status.INFEASIBLE, 0.0))
+            continue
         result = session.solve(S, S + extra_rounds, chunks, time_limit)
         attempts.append(Attempt(S, S + extra_rounds, chunks, result.status, result.seconds))
         progress(f"{topology.name} {name} (S={S}, R={S + extra_rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")

@@ -213,10 +213,23 @@ class SmtInstance:
         """Is there a schedule with these steps and at most ``rounds`` rounds in total?"""
         if rounds < self.steps or rounds > self.max_rounds:
             raise ValueError(f"rounds {rounds} outside {self.steps}..{self.max_rounds}")
+        return self._check([self._selector(rounds)], time_limit)
+
+    def solve_split(self, rounds_per_step: tuple[int, ...], time_limit: float | None = None) -> SolveResult:
+        """Is there a schedule with exactly these rounds in each step? (assumptions; exact)"""
+        if len(rounds_per_step) != self.steps or min(rounds_per_step) < 1:
+            raise ValueError(f"need {self.steps} per-step rounds >= 1, got {rounds_per_step}")
+        assumptions = []
+        for row, rounds in zip(self.extra, rounds_per_step):
+            if rounds - 1 > len(row):
+                raise ValueError(f"{rounds} rounds in a step exceed this instance's {1 + len(row)}")
+            assumptions += [e if k < rounds - 1 else z3.Not(e) for k, e in enumerate(row)]
+        return self._check(assumptions, time_limit)
+
+    def _check(self, assumptions: list, time_limit: float | None) -> SolveResult:
         started = time.perf_counter()
-        if time_limit is not None:
-            self._solver.set("timeout", max(1, int(time_limit * 1000)))
-        verdict = self._solver.check(self._selector(rounds))
+        self._solver.set("timeout", max(1, int(time_limit * 1000)) if time_limit is not None else 4294967295)
+        verdict = self._solver.check(*assumptions)
         seconds = time.perf_counter() - started
         if verdict == z3.unsat:
             return SolveResult(Status.INFEASIBLE, None, seconds)
