@@ -270,6 +270,8 @@ def cmd_pareto(args) -> int:
     state = "complete" if frontier.complete else f"INCOMPLETE ({frontier.note or 'some attempts timed out'})"
     print(f"frontier {state}: {len(frontier.points)} point(s); bounds steps {frontier.bounds.get('steps')}, "
           f"rounds/chunk {frontier.bounds.get('rounds_per_chunk')}; wrote {path}")
+    if frontier.note:
+        print(f"note: {frontier.note}")
     if frontier.note == "interrupted":
         return EXIT_INTERRUPTED
     return 0

@@ -35,6 +35,38 @@ class Symmetry:
         return all(i == r for i, r in enumerate(self.ranks))
 
 
+def rotation_group(topology: Topology) -> list[tuple[int, ...]]:
+    """The largest cyclic group of rank rotations r -> (r + k) mod n (per machine for
+    multi-machine topologies, r -> its machine's next copy) that are automorphisms."""
+    n = topology.ranks
+    candidates = []
+    for k in range(1, n):
+        if n % k == 0 or k == 1:
+            candidates.append(tuple((r + k) % n for r in range(n)))
+    best: list[tuple[int, ...]] = []
+    for perm in candidates:
+        if not _is_automorphism(topology, perm):
+            continue
+        group = [tuple(range(n))]
+        while True:
+            nxt = tuple(perm[r] for r in group[-1])
+            if nxt == group[0]:
+                break
+            group.append(nxt)
+        if len(group) > len(best):
+            best = group
+    return best
+
+
+def _is_automorphism(topology: Topology, perm: tuple[int, ...]) -> bool:
+    for link in topology.links:
+        image = topology.link(perm[link.src], perm[link.dst])
+        if image is None or (image.bandwidth, image.alpha, image.capacity) != (link.bandwidth, link.alpha, link.capacity):
+            return False
+    groups = {frozenset(g.links): (g.bandwidth, g.capacity) for g in topology.groups}
+    return not groups or _preserves_groups(perm, groups)
+
+
 def automorphisms(topology: Topology, limit: int = 64) -> list[tuple[int, ...]]:
     """Up to ``limit`` rank permutations that preserve links (capacity, alpha) and groups."""
     graph = nx.DiGraph()
@@ -78,9 +110,15 @@ def chunk_permutation(collective: Collective, perm: tuple[int, ...]) -> tuple[in
 
 
 def collective_symmetries(topology: Topology, collective: Collective, limit: int = 64) -> list[Symmetry]:
-    """Automorphisms of the topology that also preserve the collective (identity first)."""
+    """Automorphisms of the topology that also preserve the collective (identity first).
+
+    Uses the largest cyclic rotation group when there is one (its orbits are big and even),
+    otherwise up to ``limit`` automorphisms found by graph matching."""
     out = []
-    for perm in automorphisms(topology, limit):
+    perms = rotation_group(topology)
+    if len(perms) <= 2:
+        perms = automorphisms(topology, limit)
+    for perm in perms:
         chunks = chunk_permutation(collective, perm)
         if chunks is not None:
             out.append(Symmetry(perm, chunks))

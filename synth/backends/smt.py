@@ -83,20 +83,20 @@ class SmtInstance:
         self._dist = [
             [min(dist[h][r] for h in coll.pre[c]) for r in range(topo.ranks)] for c in range(coll.chunks)
         ]
-        # remaining[c][r]: largest hop distance from r to a post rank still lacking c
         need = [sorted(coll.post[c] - coll.pre[c]) for c in range(coll.chunks)]
-        self.has: dict[tuple[int, int, int], object] = {}
+        # which keys exist (reachability pruning is invariant under automorphisms)
+        has_keys = []
+        fixed: dict[tuple[int, int, int], bool] = {}
         for c in range(coll.chunks):
             for r in range(topo.ranks):
                 for s in range(S + 1):
                     if r in coll.pre[c]:
-                        value: object = True
+                        fixed[(c, r, s)] = True
                     elif self._dist[c][r] > s:
-                        value = False
+                        fixed[(c, r, s)] = False
                     else:
-                        value = z3.Bool(f"h_{c}_{r}_{s}")
-                    self.has[(c, r, s)] = value
-        self.send: dict[tuple[int, int, int, int], z3.BoolRef] = {}
+                        has_keys.append((c, r, s))
+        send_keys = []
         for c in range(coll.chunks):
             for link in topo.links:
                 a, b = link.src, link.dst
@@ -105,18 +105,28 @@ class SmtInstance:
                 for s in range(1, S + 1):
                     if self._dist[c][a] > s - 1:
                         continue
-                    if self.options.prune_useless_relays and not any(
-                        dist[b][d] <= S - s for d in need[c]
-                    ):
+                    if self.options.prune_useless_relays and not any(dist[b][d] <= S - s for d in need[c]):
                         continue
-                    self.send[(c, a, b, s)] = z3.Bool(f"x_{c}_{a}_{b}_{s}")
+                    send_keys.append((c, a, b, s))
+        # one variable per orbit under the symmetries; constraints only for orbit representatives
+        has_rep = _orbits(has_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], k[2]) for g in self.symmetries])
+        send_rep = _orbits(send_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], g.ranks[k[2]], k[3])
+                                       for g in self.symmetries])
+        has_var = {k: z3.Bool("h_%d_%d_%d" % k) for k in has_keys if has_rep[k] == k}
+        send_var = {k: z3.Bool("x_%d_%d_%d_%d" % k) for k in send_keys if send_rep[k] == k}
+        self.has = {**{k: v for k, v in fixed.items()}, **{k: has_var[has_rep[k]] for k in has_keys}}
+        self.send = {k: send_var[send_rep[k]] for k in send_keys}
         incoming: dict[tuple[int, int, int], list] = {}
-        for (c, a, b, s), var in self.send.items():
-            add(z3.Implies(var, _lit(self.has[(c, a, s - 1)])))
-            add(z3.Implies(var, _lit(self.has[(c, b, s)])))
-            if self.options.forbid_redundant_sends:
-                add(z3.Implies(var, z3.Not(_lit(self.has[(c, b, s - 1)]))))
+        for key, var in self.send.items():
+            c, a, b, s = key
             incoming.setdefault((c, b, s), []).append(var)
+            if send_rep[key] != key:
+                continue
+            clauses = [_lit(self.has[(c, a, s - 1)]), _lit(self.has[(c, b, s)])]
+            if self.options.forbid_redundant_sends:
+                clauses.append(z3.Not(_lit(self.has[(c, b, s - 1)])))
+            for clause in clauses:
+                add(z3.Or(z3.Not(var), clause))
         if self.options.receive_once:
             into: dict[tuple[int, int], list] = {}
             for (c, b, s), vars_ in incoming.items():
@@ -126,18 +136,17 @@ class SmtInstance:
                     add(z3.PbEq([(v, 1) for v in vars_], 1))
                 elif len(vars_) > 1:
                     add(z3.AtMost(*vars_, 1))
-        for (c, r, s), value in self.has.items():
-            if s == 0 or not isinstance(value, z3.BoolRef):
+        for key in has_keys:
+            if has_rep[key] != key or key[2] == 0:
                 continue
-            prev = _lit(self.has[(c, r, s - 1)])
-            add(z3.Implies(value, z3.Or(prev, *incoming.get((c, r, s), []))))
-            add(z3.Implies(prev, value))
+            c, r, s = key
+            value, prev = self.has[key], _lit(self.has[(c, r, s - 1)])
+            add(z3.Or(z3.Not(value), prev, *incoming.get((c, r, s), [])))
+            add(z3.Or(z3.Not(prev), value))
         for c, post in enumerate(coll.post):
             for r in post:
                 add(_lit(self.has[(c, r, S)]))
-        if self.symmetries:
-            self._tie_symmetric(add)
-        elif self.options.order_interchangeable_chunks:
+        if not self.symmetries and self.options.order_interchangeable_chunks:
             self._order_chunks(add)
         # rounds: extra[s][k] for k < max extra per step, ordered
         spare = self.max_rounds - S
@@ -148,23 +157,24 @@ class SmtInstance:
         per_link: dict[tuple[int, int, int], list] = {}
         for (c, a, b, s), var in self.send.items():
             per_link.setdefault((a, b, s), []).append(var)
+        link_rep = _orbits([l.key for l in topo.links], [lambda k, g=g: (g.ranks[k[0]], g.ranks[k[1]])
+                                                          for g in self.symmetries])
         for (a, b, s), vars_ in per_link.items():
-            cap = topo.link_capacity(topo.link(a, b))
-            self._capacity(vars_, cap, s)
+            if link_rep[(a, b)] == (a, b):
+                self._capacity(vars_, topo.link_capacity(topo.link(a, b)), s)
+        group_names = {frozenset(g.links): g.name for g in topo.groups}
+        by_name = {g.name: g for g in topo.groups}
+        group_rep = _orbits([g.name for g in topo.groups], [
+            lambda name, g=g: group_names.get(frozenset((g.ranks[a], g.ranks[b]) for a, b in by_name[name].links), name)
+            for g in self.symmetries
+        ]) if topo.groups else {}
         for group in topo.groups:
+            if group_rep.get(group.name, group.name) != group.name:
+                continue
             cap = topo.group_capacity(group)
             for s in range(1, S + 1):
                 vars_ = [v for key in group.links for v in per_link.get((key[0], key[1], s), [])]
                 self._capacity(vars_, cap, s)
-
-    def _tie_symmetric(self, add) -> None:
-        for sym in self.symmetries:
-            for (c, a, b, s), var in self.send.items():
-                image = self.send.get((sym.chunks[c], sym.ranks[a], sym.ranks[b], s))
-                add(var == image if image is not None else z3.Not(var))
-            for (c, r, s), value in self.has.items():
-                if isinstance(value, z3.BoolRef):
-                    add(value == _lit(self.has[(sym.chunks[c], sym.ranks[r], s)]))
 
     def _order_chunks(self, add) -> None:
         """Interchangeable chunks reach a designated rank in index order (a valid relabeling)."""
@@ -251,6 +261,26 @@ class SmtInstance:
             steps.append(Step(tuple(sorted(chosen[s].values())), 1 + extra))
         meta = {"synthesizer": "smt", "solve_seconds": round(seconds, 4)}
         return Schedule(self.topology, coll, tuple(steps), meta)
+
+
+def _orbits(keys: list, maps: list) -> dict:
+    """Representative (smallest member) of every key's orbit under the maps (union-find)."""
+    parent = {k: k for k in keys}
+
+    def find(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for image_of in maps:
+        for k in keys:
+            image = image_of(k)
+            if image in parent:
+                a, b = find(k), find(image)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    return {k: find(k) for k in keys}
 
 
 def _lit(value: object) -> z3.BoolRef:
