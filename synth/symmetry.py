@@ -9,7 +9,7 @@ class goes to chunk i of the image class. Solvers use these to tie symmetric chu
 >>> from synth.collectives import allgather
 >>> syms = collective_symmetries(ring(4), allgather(4))
 >>> len(syms), syms[0].ranks
-(8, (0, 1, 2, 3))
+(4, (0, 1, 2, 3))
 """
 
 from __future__ import annotations
