@@ -106,7 +106,8 @@ class SmtSession:
             self._instances[key] = inst
         return inst
 
-    def solve(self, steps: int, rounds: int, chunks: int, time_limit: float | None) -> SolveResult:
+    def solve(self, steps: int, rounds: int, chunks: int, time_limit: float | None,
+              by_splits: bool = True) -> SolveResult:
         """Is (steps, rounds, chunks) feasible? A SOLVED result carries a verified schedule.
 
         First the search restricted to topology symmetries (a third of the time: a fast SAT,
@@ -114,7 +115,7 @@ class SmtSession:
         ways to spread the rounds over the steps are few (each split the LP does not rule out).
         """
         started = time.perf_counter()
-        splits = self._feasible_splits(steps, rounds, chunks)
+        splits = self._feasible_splits(steps, rounds, chunks) if by_splits else None
         if splits == []:
             return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
                                "every split of the rounds over the steps is ruled out by the LP bound")
@@ -234,8 +235,8 @@ def pareto(
     complete = True
     note = ""
 
-    def attempt(S: int, R: int, C: int) -> SolveResult:
-        result = session.solve(S, R, C, time_limit)
+    def attempt(S: int, R: int, C: int, by_splits: bool = True) -> SolveResult:
+        result = session.solve(S, R, C, time_limit, by_splits)
         attempts.append(Attempt(S, R, C, result.status, result.seconds))
         progress(f"{topology.name} {name} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
         return result
@@ -248,7 +249,7 @@ def pareto(
             if best is None:
                 # any schedule with S steps at all? (ample rounds); its rounds cap the search
                 R = _rounds_cap(session, S, 1)
-                result = attempt(S, R, 1)
+                result = attempt(S, R, 1, by_splits=False)  # a probe: any rounds will do
                 if result.status == Status.SOLVED:
                     incumbent = FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule, result.seconds)
                     ceiling = incumbent.ratio

@@ -1,0 +1,93 @@
+"""SMT synthesis benchmark: the frontier and least-steps runs of issue 3, timed, with peak memory.
+
+Run: python benchmarks/smt_frontiers.py [--quick]
+Each instance runs in a fresh process (so peak memory is its own). The SCCL/msccl-tools
+figures are the ones recorded in the shared reference (peers.md, measured on a 2-core machine
+like ours); the ring column is measured here, in the same run: the best frontier point's
+time at 1 GiB against the topology-aware ring baseline's, both in the contract cost model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import sys
+import time
+
+INSTANCES = [
+    # (label, kind, topology, collective, root, kwargs, SCCL reference seconds or note)
+    ("dgx1 allgather pareto", "pareto", "dgx1", "allgather", None, {"max_chunks": 8}, "11.4 s"),
+    ("dgx1 reduce_scatter pareto", "pareto", "dgx1", "reduce_scatter", None, {"max_chunks": 8}, "-"),
+    ("dgx1 allreduce pareto", "pareto", "dgx1", "allreduce", None, {"max_chunks": 8}, "crashes"),
+    ("dgx1 gather(0) pareto", "pareto", "dgx1", "gather", 0, {"max_chunks": 8}, "-"),
+    ("dgx1 broadcast(0) pareto", "pareto", "dgx1", "broadcast", 0, {"max_chunks": 8}, "never ends"),
+    ("dgx1 reduce(0) pareto", "pareto", "dgx1", "reduce", 0, {"max_chunks": 8}, "never ends"),
+    ("dgx1 alltoall least-steps", "least", "dgx1", "alltoall", None, {}, "3.1 s"),
+    ("dgx1 alltoall pareto C<=3", "pareto", "dgx1", "alltoall", None, {"max_chunks": 3}, "> 600 s"),
+    ("ring:8 allgather pareto", "pareto", "ring:8", "allgather", None, {"max_chunks": 8}, "0.39 s"),
+    ("ring:16 allgather pareto", "pareto", "ring:16", "allgather", None, {"max_chunks": 4}, "-"),
+    ("hypercube:3 allgather pareto", "pareto", "hypercube:3", "allgather", None, {"max_chunks": 8}, "-"),
+    ("torus:3x3 allgather pareto", "pareto", "torus:3x3", "allgather", None, {"max_chunks": 8}, "-"),
+    ("dgx2 allgather pareto", "pareto", "dgx2", "allgather", None, {"max_chunks": 8}, "> 600 s (bound LP)"),
+    ("dgx2 allgather least-steps", "least", "dgx2", "allgather", None, {}, "never ends (486 s for S=3)"),
+]
+QUICK = {"dgx1 allgather pareto", "ring:8 allgather pareto", "dgx2 allgather least-steps"}
+
+
+def _run(kind, topo_name, coll, root, kwargs, out):
+    from synth.baselines import build_baseline
+    from synth.cost import step_time_us
+    from synth.library import resolve_topology
+    from synth.strategies import least_steps, pareto
+
+    topo = resolve_topology(topo_name)
+    started = time.perf_counter()
+    if kind == "pareto":
+        frontier = pareto(topo, coll, root, time_limit=300, **kwargs)
+        points = [(p.steps, p.rounds, p.chunks) for p in frontier.points]
+        schedules = [p.schedule for p in frontier.points]
+        verdict = "complete" if frontier.complete else "incomplete"
+        if frontier.note and "not reached" in frontier.note:
+            verdict += " (rounds bound unreachable)"
+    else:
+        result, _ = least_steps(topo, coll, root, time_limit=300, **kwargs)
+        meta = result.schedule.meta if result.schedule else {}
+        points = [(meta.get("steps"), meta.get("rounds"), meta.get("chunks"))] if result.schedule else []
+        schedules = [result.schedule] if result.schedule else []
+        verdict = result.status.value
+    seconds = time.perf_counter() - started
+    ring_ratio = "-"
+    try:
+        ring = build_baseline(topo, "ring" if coll in ("allgather", "reduce_scatter", "allreduce") else "binomial_tree"
+                              if coll in ("broadcast", "reduce", "gather") else "direct", coll, root)
+        best = min(step_time_us(s, 1 << 30) for s in schedules)
+        ring_ratio = f"{step_time_us(ring, 1 << 30) / best:.2f}x"
+    except Exception:  # noqa: BLE001 - a missing baseline only blanks the column
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.put((points, verdict, seconds, peak, ring_ratio))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="three representative instances only")
+    args = parser.parse_args()
+    ctx = mp.get_context("spawn")
+    print("| instance | frontier / result (S,R,C) | verdict | seconds | peak MiB | SCCL (peers.md) | baseline time / ours at 1 GiB |")
+    print("|---|---|---|---|---|---|---|")
+    for label, kind, topo, coll, root, kwargs, sccl in INSTANCES:
+        if args.quick and label not in QUICK:
+            continue
+        out = ctx.Queue()
+        proc = ctx.Process(target=_run, args=(kind, topo, coll, root, kwargs, out))
+        proc.start()
+        points, verdict, seconds, peak, ring = out.get()
+        proc.join()
+        shown = ", ".join(f"({s},{r},{c})" for s, r, c in points)
+        print(f"| {label} | {shown} | {verdict} | {seconds:.2f} | {peak:.0f} | {sccl} | {ring} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
