@@ -242,9 +242,10 @@ def pareto(
         return result
 
     S = steps_lb
+    incumbent: FrontierPoint | None = None
     try:
         while best is None or S < best * max_chunks:  # else no R >= S, C <= K beats best
-            incumbent: FrontierPoint | None = None
+            incumbent = None
             ceiling = best
             if best is None:
                 # any schedule with S steps at all? (ample rounds); its rounds cap the search
@@ -281,6 +282,8 @@ def pareto(
     except KeyboardInterrupt:
         complete = False
         note = "interrupted"
+        if incumbent is not None and (best is None or incumbent.ratio < best):
+            points.append(incumbent)  # the best found for this step count so far (maybe not least)
     if not note and ratio_lb is not None and (best is None or best > ratio_lb):
         note = (f"the rounds bound {ratio_lb} is not reached with at most {max_chunks} chunks; "
                 f"best rounds/chunk found: {best}")
@@ -350,6 +353,9 @@ def least_steps(
             return result, tuple(attempts)
         if result.status != Status.INFEASIBLE:
             unknown = True
+    if start > cap:
+        return SolveResult(Status.INFEASIBLE, None, 0.0,
+                           f"no schedule with at most {cap} steps: the bounds need at least {start}"), ()
     status = Status.TIMEOUT if unknown else Status.INFEASIBLE
     message = (
         f"no schedule with {start}..{cap} steps ({extra_rounds} extra rounds, {chunks} chunks)"

@@ -154,3 +154,32 @@ def test_every_applicable_baseline_verifies(topology):
 def test_python_dash_m_runs_the_cli():
     done = subprocess.run([sys.executable, "-m", "synth", "coll", "list"], capture_output=True, text=True)
     assert done.returncode == 0 and "allgather" in done.stdout
+
+
+# ---------------------------------------------------------------- synthesis commands
+def test_solve_outcomes_have_their_own_exit_codes(capsys, tmp_path):
+    out_file = tmp_path / "s.json"
+    code, _, err = run(capsys, "solve", "ring:4", "allgather", "--steps", "2", "--rounds", "3", "-o", str(out_file))
+    assert code == 0 and verify(load_schedule(out_file)) == []
+    code, _, err = run(capsys, "solve", "ring:4", "allgather", "--steps", "1", "-o", str(tmp_path / "no.json"))
+    assert code == 3 and "infeasible" in err and "proven" in err and not (tmp_path / "no.json").exists()
+    code, _, err = run(capsys, "solve", "dgx1", "alltoall", "--steps", "3", "--rounds", "9", "--chunks", "3",
+                       "--time-limit", "0.001", "-o", str(tmp_path / "t.json"))
+    assert code in (0, 5)
+    if code == 5:
+        assert "unknown" in err and "timed out" in err and "infeasible" not in err
+    code, _, err = run(capsys, "solve", "mi250x2", "allgather", "--steps", "3")
+    assert code == 2 and "rounds do not apply" in err
+
+
+def test_pareto_writes_frontier_and_schedules(capsys, tmp_path):
+    code, out, _ = run(capsys, "pareto", "ring:4", "allgather", "--max-chunks", "2", "-o", str(tmp_path / "f"))
+    doc = json.loads((tmp_path / "f" / "frontier.json").read_text())
+    assert code == 0 and doc["complete"] is True and "complete" in out
+    for point in doc["points"]:
+        assert verify(load_schedule(tmp_path / "f" / point["schedule"])) == []
+
+
+def test_least_steps_gives_up_at_the_cap(capsys, tmp_path):
+    code, _, err = run(capsys, "least-steps", "line:4", "broadcast", "--max-steps", "2")
+    assert code == 3 and "no schedule with" in err

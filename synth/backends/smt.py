@@ -37,6 +37,7 @@ class SmtOptions:
     order_interchangeable_chunks: bool = True
     receive_once: bool = False
     random_seed: int = 0
+    memory_mb: int = 4096  # z3 gives up (an unknown, not a proof) beyond this
 
 
 class SmtInstance:
@@ -70,6 +71,7 @@ class SmtInstance:
         self.max_rounds = max(max_rounds, steps)
         self.options = options
         self.symmetries = tuple(sym for sym in symmetries if not sym.is_identity)
+        z3.set_param("memory_max_size", options.memory_mb)
         self._solver = z3.SolverFor("QF_FD")
         self._solver.set("random_seed", options.random_seed)
         self._selectors: dict[int, z3.BoolRef] = {}
@@ -245,7 +247,9 @@ class SmtInstance:
             return SolveResult(Status.INFEASIBLE, None, seconds)
         if verdict == z3.unknown:
             reason = self._solver.reason_unknown()
-            status = Status.TIMEOUT if "timeout" in reason or "canceled" in reason else Status.ERROR
+            if "canceled" in reason or "interrupted" in reason:
+                raise KeyboardInterrupt
+            status = Status.TIMEOUT if "timeout" in reason or "memory" in reason else Status.ERROR
             return SolveResult(status, None, seconds, reason)
         return SolveResult(Status.SOLVED, self._decode(self._solver.model(), seconds), seconds)
 
