@@ -217,7 +217,8 @@ def _report_unsolved(result, what: str) -> int:
     from synth.schedule import Status
 
     if result.status == Status.INFEASIBLE:
-        print(f"synth: infeasible: {what} (proven) {result.message}".rstrip(), file=sys.stderr)
+        detail = f": {result.message}" if result.message else ""
+        print(f"synth: infeasible: {what}{detail} (proven)", file=sys.stderr)
         return EXIT_INFEASIBLE
     if result.status == Status.TIMEOUT:
         print(f"synth: unknown: the solver timed out on {what} after {result.seconds:.1f} s; "
@@ -250,7 +251,7 @@ def cmd_least_steps(args) -> int:
     result, _ = least_steps(topo, args.collective, args.root, args.chunks, args.extra_rounds,
                             args.max_steps, args.time_limit, _progress)
     if result.schedule is None:
-        return _report_unsolved(result, f"{args.collective} on {topo.name}: {result.message}")
+        return _report_unsolved(result, f"{args.collective} on {topo.name}")
     meta = result.schedule.meta
     _progress(f"least steps: (S={meta.get('steps')}, R={meta.get('rounds')}, C={meta.get('chunks')})")
     _write_or_print(result.schedule.to_dict(), args.output)
