@@ -359,7 +359,7 @@ def least_steps(
     status = Status.TIMEOUT if unknown else Status.INFEASIBLE
     message = (
         f"no schedule with {start}..{cap} steps ({extra_rounds} extra rounds, {chunks} chunks)"
-        + (": some attempts timed out, so more steps may or may not be needed" if unknown else " (proven)")
+        + (": some attempts timed out, so more steps may or may not be needed" if unknown else "")
     )
     return SolveResult(status, None, sum(a.seconds for a in attempts), message), tuple(attempts)
 
