@@ -263,7 +263,8 @@ def cmd_pareto(args) -> int:
     from synth.strategies import pareto
 
     topo = _topology(args.topology)
-    frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, _progress)
+    frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, _progress,
+                      direct_allreduce=args.direct)
     path = write_frontier(args.output, frontier)
     for point in frontier.points:
         print(f"(S={point.steps}, R={point.rounds}, C={point.chunks})  rounds/chunk {point.ratio}  "
@@ -351,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pareto", help="latency/bandwidth Pareto frontier of optimal schedules")
     _add_problem(p)
     p.add_argument("--max-chunks", type=int, default=8, help="largest chunks per rank to try (default 8)")
+    p.add_argument("--direct", action="store_true",
+                   help="allreduce: also search the direct encoding (overlapping reduce/copy trees; slower)")
     p.add_argument("-o", "--output", required=True, help="folder for frontier.json and schedules")
     p.set_defaults(func=cmd_pareto)
     return parser

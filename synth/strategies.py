@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Callable
 
 from synth.backends.smt import SmtInstance, SmtOptions
+from synth.backends.smt_allreduce import DirectAllreduceInstance
 from synth.bounds import lower_bounds
 from synth.bounds_steps import distribution_load, least_rounds
 from synth.collective import Collective
@@ -72,7 +73,9 @@ class Frontier:
 class SmtSession:
     """Builds and caches SMT instances for one (topology, collective kind): solver reuse."""
 
-    def __init__(self, topology: Topology, name: str, root: int | None, options: SmtOptions = SmtOptions()):
+    def __init__(self, topology: Topology, name: str, root: int | None, options: SmtOptions = SmtOptions(),
+                 direct: bool = False):
+        """``direct``: allreduce with the direct encoding (overlapping reduce and copy trees)."""
         base = make_collective(name, topology.ranks, root=root, chunks=1)
         base.check_on(topology)
         if not topology.rounds_apply:
@@ -82,17 +85,18 @@ class SmtSession:
             )
         self.name, self.root, self.options = name, root, options
         self.original = topology
-        self.combining = base.combining
-        if name == "allreduce":
-            raise InputError("allreduce is solved as reduce_scatter + allgather: use solve_allreduce")
-        # combining collectives run as their non-combining dual on the reversed topology
-        self.topology = topology.reversed() if base.combining else topology
+        self.direct = direct
+        if name == "allreduce" and not direct:
+            raise InputError("allreduce is solved as reduce_scatter + allgather (solve_allreduce) or directly")
+        # other combining collectives run as their non-combining dual on the reversed topology
+        self.combining = base.combining and not direct
+        self.topology = topology.reversed() if self.combining else topology
         self._instances: dict[tuple[int, int], SmtInstance] = {}
         self._symmetric: dict[tuple[int, int], SmtInstance | None] = {}
 
     def collective(self, chunks: int) -> Collective:
         coll = make_collective(self.name, self.original.ranks, root=self.root, chunks=chunks)
-        return dual_collective(coll) if coll.combining else coll
+        return dual_collective(coll) if self.combining else coll
 
     def rounds_floor(self, steps: int, chunks: int) -> float:
         """Fewest rounds any ``steps``-step schedule needs (time-expanded LP; inf: too few steps)."""
@@ -102,7 +106,8 @@ class SmtSession:
         key = (steps, chunks)
         inst = self._instances.get(key)
         if inst is None or inst.max_rounds < max_rounds:
-            inst = SmtInstance(self.topology, self.collective(chunks), steps, max_rounds, self.options)
+            kind = DirectAllreduceInstance if self.direct else SmtInstance
+            inst = kind(self.topology, self.collective(chunks), steps, max_rounds, self.options)
             self._instances[key] = inst
         return inst
 
@@ -150,6 +155,8 @@ class SmtSession:
         return [split for load, split in ordered if load is None or load <= 1 + 1e-7]
 
     def _symmetric_instance(self, steps: int, chunks: int, rounds: int) -> SmtInstance | None:
+        if self.direct:
+            return None
         key = (steps, chunks)
         inst = self._symmetric.get(key)
         if key not in self._symmetric or (inst is not None and inst.max_rounds < rounds):
@@ -217,6 +224,7 @@ def pareto(
     time_limit: float | None = 60.0,
     progress: Progress = _quiet,
     options: SmtOptions = SmtOptions(),
+    direct_allreduce: bool = False,
 ) -> Frontier:
     """Walk steps upward from the steps bound; for each, the least rounds/chunk below the best so far.
 
@@ -224,11 +232,25 @@ def pareto(
     beat the best ratio found. Ctrl-C returns what was found so far (complete=False).
     """
     if name == "allreduce":
-        return pareto_allreduce(topology, max_chunks, time_limit, progress)
+        return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce)
     session = SmtSession(topology, name, root, options)
     bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
-    steps_lb = max(1, bounds.steps)
-    ratio_lb = bounds.rounds_per_chunk
+    return _search(session, max(1, bounds.steps), bounds.rounds_per_chunk, max_chunks, time_limit, progress)
+
+
+def _search(
+    session: SmtSession,
+    steps_lb: int,
+    ratio_lb: Fraction | None,
+    max_chunks: int,
+    time_limit: float | None,
+    progress: Progress,
+    known: tuple[FrontierPoint, ...] = (),
+    max_steps: int | None = None,
+) -> Frontier:
+    """The frontier walk. ``known`` points (found another way) only raise the bar: a step count
+    is searched for ratios below every known point with no more steps. ``max_steps`` caps S."""
+    topology, name = session.original, session.name
     points: list[FrontierPoint] = []
     attempts: list[Attempt] = []
     best: Fraction | None = None
@@ -238,16 +260,21 @@ def pareto(
     def attempt(S: int, R: int, C: int, by_splits: bool = True) -> SolveResult:
         result = session.solve(S, R, C, time_limit, by_splits)
         attempts.append(Attempt(S, R, C, result.status, result.seconds))
-        progress(f"{topology.name} {name} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
+        label = f"{name} (direct)" if session.direct else name
+        progress(f"{topology.name} {label} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
         return result
+
+    def bar(S: int) -> Fraction | None:
+        ratios = [p.ratio for p in known if p.steps <= S] + ([best] if best is not None else [])
+        return min(ratios) if ratios else None
 
     S = steps_lb
     incumbent: FrontierPoint | None = None
     try:
-        while best is None or S < best * max_chunks:  # else no R >= S, C <= K beats best
+        while (bar(S) is None or S < bar(S) * max_chunks) and (max_steps is None or S <= max_steps):
             incumbent = None
-            ceiling = best
-            if best is None:
+            ceiling = bar(S)
+            if ceiling is None:
                 # any schedule with S steps at all? (ample rounds); its rounds cap the search
                 R = _rounds_cap(session, S, 1)
                 result = attempt(S, R, 1, by_splits=False)  # a probe: any rounds will do
@@ -273,7 +300,7 @@ def pareto(
                         infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), R)
                     else:
                         complete = False
-            if incumbent is not None and (best is None or incumbent.ratio < best):
+            if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
                 points.append(incumbent)
                 best = incumbent.ratio
                 if ratio_lb is not None and best <= ratio_lb:
@@ -282,9 +309,9 @@ def pareto(
     except KeyboardInterrupt:
         complete = False
         note = "interrupted"
-        if incumbent is not None and (best is None or incumbent.ratio < best):
+        if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
             points.append(incumbent)  # the best found for this step count so far (maybe not least)
-    if not note and ratio_lb is not None and (best is None or best > ratio_lb):
+    if not note and ratio_lb is not None and (best is None or best > ratio_lb) and not known:
         note = (f"the rounds bound {ratio_lb} is not reached with at most {max_chunks} chunks; "
                 f"best rounds/chunk found: {best}")
     frontier = _non_dominated(points)
@@ -429,24 +456,42 @@ def pareto_allreduce(
     max_chunks: int = 8,
     time_limit: float | None = 60.0,
     progress: Progress = _quiet,
+    direct: bool = False,
+    direct_chunks: int = 3,
 ) -> Frontier:
-    """Allreduce frontier as compositions of the reduce_scatter and allgather frontiers (equal C)."""
+    """Allreduce frontier: compositions of the reduce_scatter and allgather frontiers (equal C);
+    with ``direct``, the direct encoding is also searched (C <= direct_chunks, steps up to the
+    composition's largest) for points the compositions do not reach."""
     rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
     ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
-    points = []
+    composed = []
     for a in rs.points:
         for b in ag.points:
             if a.chunks == b.chunks:
                 schedule = _compose_allreduce(topology, a.schedule, b.schedule, a.chunks)
-                points.append(FrontierPoint(a.steps + b.steps, a.rounds + b.rounds, a.chunks, schedule,
-                                            a.solve_seconds + b.solve_seconds))
-    note = "composition of the reduce_scatter and allgather frontiers at equal chunks"
-    if rs.note or ag.note:
-        note += f"; {rs.note or ag.note}"
-    return Frontier(topology, "allreduce", tuple(_non_dominated(points)), rs.complete and ag.complete,
-                    rs.attempts + ag.attempts, note,
-                    {"steps": (rs.bounds.get("steps") or 0) + (ag.bounds.get("steps") or 0),
-                     "rounds_per_chunk": _sum_ratio(rs.bounds, ag.bounds)})
+                composed.append(FrontierPoint(a.steps + b.steps, a.rounds + b.rounds, a.chunks, schedule,
+                                              a.solve_seconds + b.solve_seconds))
+    composed = _non_dominated(composed)
+    bounds = lower_bounds(topology, make_collective("allreduce", topology.ranks))
+    proven = bounds.proven or bounds
+    note = "reduce_scatter + allgather compositions at equal chunks"
+    found = Frontier(topology, "allreduce", (), True)
+    if direct:
+        found = _search(SmtSession(topology, "allreduce", None, direct=True), max(1, proven.steps),
+                        proven.rounds_per_chunk, min(max_chunks, direct_chunks), time_limit, progress,
+                        known=tuple(composed), max_steps=max((p.steps for p in composed), default=None))
+        note += f", and the direct encoding (chunks <= {min(max_chunks, direct_chunks)})"
+    points = _non_dominated(composed + list(found.points))
+    wins = [p for p in found.points if p in points]
+    if wins:
+        note += "; direct beats composition at " + ", ".join(f"(S={p.steps}, R={p.rounds}, C={p.chunks})" for p in wins)
+    if "interrupted" in (rs.note, ag.note, found.note):
+        note = "interrupted"
+    return Frontier(topology, "allreduce", tuple(points), rs.complete and ag.complete and found.complete,
+                    rs.attempts + ag.attempts + found.attempts, note,
+                    {"steps": proven.steps, "rounds_per_chunk": str(proven.rounds_per_chunk)
+                     if proven.rounds_per_chunk is not None else None,
+                     "composition_rounds_per_chunk": _sum_ratio(rs.bounds, ag.bounds)})
 
 
 def _sum_ratio(a: dict, b: dict) -> str | None:

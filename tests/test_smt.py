@@ -114,3 +114,78 @@ def test_rounds_bound_is_met_on_hypercube_at_one_chunk():
     bounds = lower_bounds(resolve_topology("hypercube:2"), allgather(4))
     assert frontier.complete
     assert frontier.points[-1].ratio == Fraction(bounds.rounds_per_chunk)
+
+
+def test_cnf_cardinality_rows_are_exact():
+    import itertools
+
+    import z3
+
+    from synth.backends.smt_cnf import CnfBuilder
+
+    for n in range(1, 7):
+        for k in range(n + 1):
+            cnf = CnfBuilder()
+            cnf._init_cnf(0, ())
+            xs = [cnf._var(f"x{i}") for i in range(n)]
+            guard = cnf._var("g")
+            cnf._at_most(xs, k, (-guard,))
+            count = cnf._counter(xs, max(1, k))  # truncated: count[i] <-> at least i + 1
+            for values in itertools.product([False, True], repeat=n):
+                fixed = [cnf._ref(x if v else -x) for x, v in zip(xs, values)]
+                ones = sum(values)
+                assert (cnf._solver.check(cnf._ref(guard), *fixed) == z3.sat) == (ones <= k)
+                for i, out in enumerate(count):
+                    wrong = cnf._ref(-out if ones >= i + 1 else out)
+                    assert cnf._solver.check(cnf._ref(-guard), *fixed, wrong) == z3.unsat
+    for lengths in [(3,), (2, 3), (3, 1, 2), (1, 2, 2, 1)]:  # sums of unary numbers
+        for k in range(sum(lengths) + 1):
+            cnf = CnfBuilder()
+            cnf._init_cnf(0, ())
+            rows = [[cnf._var(f"r{i}_{j}") for j in range(n)] for i, n in enumerate(lengths)]
+            for row in rows:
+                for j in range(1, len(row)):
+                    cnf._clause(-row[j], row[j - 1])
+            guard = cnf._var("g")
+            cnf._at_most_unary_sum(rows, k, (-guard,))
+            for values in itertools.product(*[range(n + 1) for n in lengths]):
+                fixed = [cnf._ref(x if j < v else -x) for row, v in zip(rows, values) for j, x in enumerate(row)]
+                assert (cnf._solver.check(cnf._ref(guard), *fixed) == z3.sat) == (sum(values) <= k)
+
+
+@pytest.mark.parametrize("topo_name, name, root, steps, chunks", [
+    ("ring:4", "allgather", None, 2, 2), ("uring:4", "allgather", None, 3, 2), ("line:4", "broadcast", 0, 3, 2),
+    ("hypercube:2", "alltoall", None, 2, 1), ("ring:4", "scatter", 1, 2, 2)])
+def test_implied_saturation_rows_never_change_a_verdict(topo_name, name, root, steps, chunks):
+    """The saturation rows are implied: with and without them every budget gets the same answer."""
+    from synth.backends.smt import SmtOptions
+
+    topo = resolve_topology(topo_name)
+    coll = make_collective(name, topo.ranks, root=root, chunks=chunks)
+    plain = SmtOptions(saturate=False, out_saturate=False)
+    with_rows, without = SmtInstance(topo, coll, steps, 3 * steps), SmtInstance(topo, coll, steps, 3 * steps, plain)
+    for rounds in range(steps, 3 * steps + 1):
+        a, b = with_rows.solve(rounds, time_limit=30), without.solve(rounds, time_limit=30)
+        assert a.status == b.status, rounds
+        assert a.schedule is None or verify(a.schedule) == []
+    for split in [(1,) * steps, (2,) + (1,) * (steps - 1), (1,) * (steps - 1) + (3,)]:
+        a, b = with_rows.solve_split(split, time_limit=30), without.solve_split(split, time_limit=30)
+        assert a.status == b.status, split
+        assert a.schedule is None or (verify(a.schedule) == [] and [s.rounds for s in a.schedule.steps] == list(split))
+
+
+def test_a_renewed_solver_keeps_every_constraint():
+    inst = SmtInstance(resolve_topology("ring:4"), allgather(4, 2), 2, 6)
+    before = [inst.solve(r).status for r in range(2, 7)]
+    inst._renew_solver()
+    assert [inst.solve(r).status for r in range(2, 7)] == before
+    result = inst.solve(6)
+    assert result.status == Status.SOLVED and verify(result.schedule) == []
+
+
+def test_direct_allreduce_on_dgx1_verifies():
+    from synth.backends.smt_allreduce import DirectAllreduceInstance
+    from synth.collectives import allreduce
+
+    result = DirectAllreduceInstance(resolve_topology("dgx1"), allreduce(8, 2), 5, 5).solve(5, time_limit=60)
+    assert result.status == Status.SOLVED and verify(result.schedule) == []
