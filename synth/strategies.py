@@ -120,16 +120,20 @@ class SmtSession:
         ways to spread the rounds over the steps are few (each split the LP does not rule out).
         """
         started = time.perf_counter()
-        splits = self._feasible_splits(steps, rounds, chunks) if by_splits else None
-        if splits == []:
-            return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
-                               "every split of the rounds over the steps is ruled out by the LP bound")
+        every = _splits(rounds, steps) if by_splits else None
+        if every is not None:
+            every.sort(key=lambda split: (max(split) - min(split), split))  # balanced first
         result = None
         symmetric = self._symmetric_instance(steps, chunks, rounds)
         if symmetric is not None:
             share = None if time_limit is None else time_limit / 3
-            result = _run(symmetric, rounds, splits, share)
+            result = _run(symmetric, rounds, every, share)
         if result is None or result.status != Status.SOLVED:
+            # the exact search: only splits the LP allows (the others are proven impossible)
+            splits = self._feasible_splits(steps, rounds, chunks) if by_splits else None
+            if splits == []:
+                return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
+                                   "every split of the rounds over the steps is ruled out by the LP bound")
             left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
             result = _run(self._instance(steps, chunks, rounds), rounds, splits, left)
         seconds = time.perf_counter() - started
