@@ -183,3 +183,14 @@ def test_pareto_writes_frontier_and_schedules(capsys, tmp_path):
 def test_least_steps_gives_up_at_the_cap(capsys, tmp_path):
     code, _, err = run(capsys, "least-steps", "line:4", "broadcast", "--max-steps", "2")
     assert code == 3 and "no schedule with" in err
+
+
+def test_solve_on_an_impossible_collective_names_the_ranks(capsys, tmp_path):
+    topo = {"format": "synth.topology", "version": 1, "name": "oneway", "ranks": 3,
+            "links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 1, "dst": 0, "bandwidth": 25.0},
+                      {"src": 2, "dst": 0, "bandwidth": 25.0}]}
+    path = tmp_path / "oneway.json"
+    path.write_text(json.dumps(topo))
+    code, _, err = run(capsys, "pareto", str(path), "allgather", "-o", str(tmp_path / "f"))
+    assert code == 2 and "impossible" in err and "ranks 2" in err
+    assert not (tmp_path / "f").exists()
