@@ -160,6 +160,11 @@ def cmd_bounds(args) -> int:
     print(f"  busbw              <= {doc['busbw_gbps']:.4g} GB/s")
     if doc.get("binding"):
         print(f"  binding: {doc['binding']}")
+    proven = doc.get("proven")
+    if proven:
+        print(f"  (the composition figure is what reports compare with; a schedule that reduces in"
+              f" flight can beat it: the proven limit is rounds per chunk >= {proven.get('rounds_per_chunk')},"
+              f" busbw <= {proven.get('busbw_gbps'):.4g} GB/s)")
     return 0
 
 

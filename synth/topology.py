@@ -225,22 +225,23 @@ class Topology:
     def machine_count(self) -> int:
         return len(self.machines) if self.machines else 1
 
+    def distances_from(self, start: int) -> tuple[float, ...]:
+        """Fewest links from ``start`` to every rank (math.inf when unreachable): one BFS."""
+        dist = [math.inf] * self.ranks
+        dist[start] = 0
+        queue = deque([start])
+        while queue:
+            node = queue.popleft()
+            for link in self.out_links[node]:
+                if dist[link.dst] == math.inf:
+                    dist[link.dst] = dist[node] + 1
+                    queue.append(link.dst)
+        return tuple(dist)
+
     @cached_property
     def hop_distances(self) -> tuple[tuple[float, ...], ...]:
         """dist[a][b]: fewest links from a to b (math.inf when unreachable)."""
-        rows = []
-        for start in range(self.ranks):
-            dist = [math.inf] * self.ranks
-            dist[start] = 0
-            queue = deque([start])
-            while queue:
-                node = queue.popleft()
-                for link in self.out_links[node]:
-                    if dist[link.dst] == math.inf:
-                        dist[link.dst] = dist[node] + 1
-                        queue.append(link.dst)
-            rows.append(tuple(dist))
-        return tuple(rows)
+        return tuple(self.distances_from(start) for start in range(self.ranks))
 
     def reversed(self) -> "Topology":
         """The same machine with every link and group pointing the other way."""

@@ -14,7 +14,7 @@ the fewest that its link and group loads need, then verifies the result.
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -38,18 +38,9 @@ class Transfer:
     op: str = "copy"
 
 
-def _bfs(topology: Topology, src: int) -> list[float]:
-    """Fewest links from ``src`` to every rank (math.inf when unreachable), one BFS."""
-    dist = [math.inf] * topology.ranks
-    dist[src] = 0
-    queue = deque([src])
-    while queue:
-        node = queue.popleft()
-        for link in topology.out_links[node]:
-            if dist[link.dst] == math.inf:
-                dist[link.dst] = dist[node] + 1
-                queue.append(link.dst)
-    return dist
+def _bfs(topology: Topology, src: int) -> tuple[float, ...]:
+    """Fewest links from ``src`` to every rank, without computing all pairs."""
+    return topology.distances_from(src)
 
 
 def shortest_paths_from(topology: Topology, src: int) -> list[list[int]]:
