@@ -20,6 +20,8 @@ INSTANCES = [
     ("dgx1 allgather pareto", "pareto", "dgx1", "allgather", None, {"max_chunks": 8}, "11.4 s"),
     ("dgx1 reduce_scatter pareto", "pareto", "dgx1", "reduce_scatter", None, {"max_chunks": 8}, "-"),
     ("dgx1 allreduce pareto", "pareto", "dgx1", "allreduce", None, {"max_chunks": 8}, "crashes"),
+    ("dgx1 allreduce pareto +direct (30 s/attempt)", "pareto", "dgx1", "allreduce", None,
+     {"max_chunks": 8, "direct_allreduce": True, "time_limit": 30}, "crashes"),
     ("dgx1 gather(0) pareto", "pareto", "dgx1", "gather", 0, {"max_chunks": 8}, "-"),
     ("dgx1 broadcast(0) pareto", "pareto", "dgx1", "broadcast", 0, {"max_chunks": 8}, "never ends"),
     ("dgx1 reduce(0) pareto", "pareto", "dgx1", "reduce", 0, {"max_chunks": 8}, "never ends"),
@@ -44,7 +46,7 @@ def _run(kind, topo_name, coll, root, kwargs, out):
     topo = resolve_topology(topo_name)
     started = time.perf_counter()
     if kind == "pareto":
-        frontier = pareto(topo, coll, root, time_limit=300, **kwargs)
+        frontier = pareto(topo, coll, root, **{"time_limit": 300, **kwargs})
         points = [(p.steps, p.rounds, p.chunks) for p in frontier.points]
         schedules = [p.schedule for p in frontier.points]
         verdict = "complete" if frontier.complete else "incomplete"

@@ -274,7 +274,8 @@ def cmd_pareto(args) -> int:
     for point in frontier.points:
         print(f"(S={point.steps}, R={point.rounds}, C={point.chunks})  rounds/chunk {point.ratio}  "
               f"{point.solve_seconds:.2f} s")
-    state = "complete" if frontier.complete else f"INCOMPLETE ({frontier.note or 'some attempts timed out'})"
+    state = "complete" if frontier.complete else (
+        "INCOMPLETE (interrupted)" if frontier.note == "interrupted" else "INCOMPLETE (some attempts timed out)")
     print(f"frontier {state}: {len(frontier.points)} point(s); bounds steps {frontier.bounds.get('steps')}, "
           f"rounds/chunk {frontier.bounds.get('rounds_per_chunk')}; wrote {path}")
     if frontier.note:
