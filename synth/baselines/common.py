@@ -77,17 +77,22 @@ def route_phase(
     """
     paths: list[tuple[Transfer, list[int]]] = []
     load: list[Counter] = []
+    group_load: list[Counter] = []
+    groups_of = topology.groups_of_link
     dists: dict[int, list[float]] = {}
     preds: dict[int, list[list[int]]] = {}
     for transfer in transfers:
         if topology.has_link(transfer.src, transfer.dst):
             path = [transfer.src, transfer.dst]
         else:
-            path = _route(topology, transfer, dists, preds, load)
+            path = _route(topology, transfer, dists, preds, load, group_load)
         while len(load) < len(path) - 1:
             load.append(Counter())
+            group_load.append(Counter())
         for hop, key in enumerate(zip(path, path[1:])):
             load[hop][key] += 1
+            for group in groups_of.get(key, ()):
+                group_load[hop][group.name] += 1
         paths.append((transfer, path))
 
     first: dict[tuple[int, int], int] = {}
@@ -123,8 +128,9 @@ def _order(send: Send) -> tuple[int, int, int, str]:
     return (send.chunk, send.src, send.dst, send.op)
 
 
-def _route(topology, transfer, dists, preds, load) -> list[int]:
-    """A shortest path for a transfer without a direct link, least-loaded hop by hop."""
+def _route(topology, transfer, dists, preds, load, group_load) -> list[int]:
+    """A shortest path for a transfer without a direct link, hop by hop the one whose link and
+    groups (NICs, switch ports) would finish soonest with one more chunk."""
     if transfer.src not in dists:
         dists[transfer.src] = _bfs(topology, transfer.src)
         preds[transfer.src] = _preds(topology, dists[transfer.src])
@@ -138,9 +144,19 @@ def _route(topology, transfer, dists, preds, load) -> list[int]:
     # walk back from dst, choosing the least-loaded predecessor at each hop
     path = [transfer.dst]
     node = transfer.dst
+    groups_of = topology.groups_of_link
     for hop in range(int(dist) - 1, -1, -1):
         used = load[hop] if hop < len(load) else Counter()
-        node = min(preds[transfer.src][node], key=lambda p: (used[(p, node)], p))
+        shared = group_load[hop] if hop < len(group_load) else Counter()
+
+        def finish(p: int, node: int = node) -> tuple[float, int]:
+            link = topology.link(p, node)
+            busiest = (used[(p, node)] + 1) / link.bandwidth
+            for group in groups_of.get((p, node), ()):
+                busiest = max(busiest, (shared[group.name] + 1) / group.bandwidth)
+            return (busiest, p)
+
+        node = min(preds[transfer.src][node], key=finish)
         path.append(node)
     path.reverse()
     return path
