@@ -101,11 +101,9 @@ def cmd_coll_show(args) -> int:
 
 def _ranks_of_file(spec: str) -> int:
     """Rank count of a file-based collective (read from the file itself)."""
-    from synth.collectives import make_collective
-
-    kind, _, path = spec.partition(":")
     from synth.io import read_json
 
+    kind, _, path = spec.partition(":")
     doc = read_json(path if path else spec)
     if kind == "alltoallv":
         rows = doc.get("chunks") if isinstance(doc, dict) else doc
