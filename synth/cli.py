@@ -232,9 +232,13 @@ def _report_unsolved(result, what: str) -> int:
 
 
 def cmd_solve(args) -> int:
+    if args.backend == "greedy":
+        return _solve_greedy(args)
     from synth.strategies import solve_instance
 
     topo = _topology(args.topology)
+    if args.steps is None:
+        raise InputError("--backend smt needs --steps S (or use least-steps / pareto)")
     rounds = args.rounds if args.rounds is not None else args.steps
     if args.steps < 1 or rounds < args.steps or args.chunks < 1:
         raise InputError("need steps >= 1, rounds >= steps and chunks >= 1")
@@ -244,6 +248,30 @@ def cmd_solve(args) -> int:
     if result.schedule is None:
         return _report_unsolved(result, what)
     _write_or_print(result.schedule.to_dict(), args.output)
+    return 0
+
+
+def _solve_greedy(args) -> int:
+    import time
+
+    from synth.bounds import lower_bounds
+    from synth.cost import format_size, parse_size, step_time_us
+    from synth.pipeline import pipelined
+
+    if args.steps is not None or args.rounds is not None:
+        raise InputError("--backend greedy chooses its own steps and rounds; drop --steps/--rounds")
+    if args.chunks < 1:
+        raise InputError("--chunks must be >= 1")
+    topo = _topology(args.topology)
+    size = parse_size(args.size)
+    started = time.perf_counter()
+    schedule = pipelined(topo, args.collective, args.chunks, args.root)
+    seconds = time.perf_counter() - started
+    bound = lower_bounds(topo, schedule.collective).time_us(size)
+    took = step_time_us(schedule, size)
+    _progress(f"{topo.name} {args.collective} greedy (C={args.chunks}): {len(schedule.steps)} steps, "
+              f"{seconds:.2f}s; at {format_size(size)}: {took:.1f} us, {100 * bound / took:.1f}% of the bound")
+    _write_or_print(schedule.with_meta(solve_seconds=round(seconds, 4)).to_dict(), args.output)
     return 0
 
 
@@ -337,9 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_baseline)
 
-    p = sub.add_parser("solve", help="synthesize one k-synchronous instance (steps, rounds, chunks)")
+    p = sub.add_parser("solve", help="synthesize a schedule: one k-synchronous instance (smt) or a "
+                                     "pipelined greedy schedule for big machines (greedy)")
     _add_problem(p)
-    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--backend", choices=("smt", "greedy"), default="smt",
+                   help="smt: exact instance (needs --steps); greedy: one round per step, many chunks")
+    p.add_argument("--size", default="1G", help="greedy: size S to report the cost at (default 1G)")
+    p.add_argument("--steps", type=int)
     p.add_argument("--rounds", type=int, help="total rounds (default: = steps)")
     p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")

@@ -1,0 +1,166 @@
+"""Greedy pipelined scheduling: one round per step, every resource kept busy, for big machines.
+
+For a non-combining collective cut into many chunks, each step carries at most ``capacity``
+chunks per link and group (one round). Sends are chosen greedily, scarcest resource first:
+  1. chunks that still have to enter a machine (each chunk crosses into each machine once,
+     through the least-used NIC links), rarest chunk first;
+  2. chunks moving inside a machine, rarest-in-the-machine first, over the least-used links.
+When the slow resource (a NIC) is busy in every step and the fast ones (NVLink, NVSwitch ports)
+keep up, the step count approaches the rounds bound and the schedule the bandwidth limit.
+Reduce-scatter is the dual on the reversed topology; allreduce is reduce_scatter + allgather.
+
+>>> from synth.generators import ring
+>>> from synth.collectives import allgather
+>>> from synth.verify import verify
+>>> s = greedy_schedule(ring(4), allgather(4, 2))
+>>> verify(s), len(s.steps)
+([], 4)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from synth.collective import Collective
+from synth.collectives import make_collective
+from synth.errors import InputError
+from synth.reductions import compose, dual_collective, dual_schedule
+from synth.schedule import Schedule, Send, Step
+from synth.topology import Topology
+from synth.verify import verify
+
+
+def greedy_schedule(topology: Topology, collective: Collective, max_steps: int | None = None) -> Schedule:
+    """A verified one-round-per-step schedule for a non-combining collective."""
+    if collective.combining:
+        raise InputError("greedy_schedule takes a non-combining collective (use pipelined())")
+    if not topology.rounds_apply:
+        raise InputError(f"{topology.name}: capacities are not whole numbers; the greedy scheduler needs them")
+    collective.check_on(topology)
+    machine = topology.machine_of
+    link_cap = {l.key: topology.link_capacity(l) for l in topology.links}
+    groups_of = {key: tuple((g.name, topology.group_capacity(g)) for g in gs)
+                 for key, gs in topology.groups_of_link.items()}
+    holders = [set(p) for p in collective.pre]
+    needers = [set(p) - set(q) for p, q in zip(collective.post, collective.pre)]
+    in_machine = [Counter(machine[r] for r in h) for h in holders]
+    wanted_in = [set(machine[r] for r in need) for need in needers]
+    remaining = sum(len(n) for n in needers)
+    out_of = [sorted(topology.out_links[r], key=lambda l: -l.bandwidth) for r in range(topology.ranks)]
+    local_out = [[l for l in out_of[r] if machine[l.dst] == machine[r]] for r in range(topology.ranks)]
+    remote_out = [[l for l in out_of[r] if machine[l.dst] != machine[r]] for r in range(topology.ranks)]
+    limit = max_steps or 64 * (collective.chunks + topology.ranks)
+    steps: list[Step] = []
+    while remaining:
+        if len(steps) >= limit:
+            raise RuntimeError(f"greedy scheduler did not finish in {limit} steps (a bug)")
+        link_used: Counter = Counter()
+        group_used: Counter = Counter()
+        in_used: Counter = Counter()
+        writes: set[tuple[int, int]] = set()
+        sends: list[Send] = []
+
+        def try_send(c: int, a: int, b: int) -> bool:
+            key = (a, b)
+            if (b, c) in writes or link_used[key] >= link_cap[key]:
+                return False
+            for name, cap in groups_of.get(key, ()):
+                if group_used[name] >= cap:
+                    return False
+            link_used[key] += 1
+            for name, _ in groups_of.get(key, ()):
+                group_used[name] += 1
+            writes.add((b, c))
+            sends.append(Send(c, a, b))
+            return True
+
+        # 1. into machines that lack the chunk entirely (rarest chunks first)
+        order = sorted(range(collective.chunks), key=lambda c: (len(holders[c]), c))
+        for c in order:
+            missing = [m for m in wanted_in[c] if in_machine[c][m] == 0]
+            if not missing:
+                continue
+            for a in sorted(holders[c], key=lambda r: link_used_total(link_used, remote_out[r])):
+                for link in remote_out[a]:
+                    b = link.dst
+                    if machine[b] not in missing or b in holders[c]:
+                        continue
+                    if try_send(c, a, b):
+                        missing.remove(machine[b])
+                        break
+                if not missing:
+                    break
+        # 2. inside machines, in passes: each (chunk, holder) sends at most one copy per pass,
+        #    to the needer whose incoming side is least used, so no chunk hogs a port
+        progress = True
+        while progress:
+            progress = False
+            for c in order:
+                if not needers[c]:
+                    continue
+                for a in holders[c]:
+                    best = None
+                    for link in local_out[a]:
+                        b = link.dst
+                        if b in needers[c] and (b, c) not in writes and link_used[link.key] < link_cap[link.key]:
+                            load = in_used[b]
+                            if best is None or load < best[0]:
+                                best = (load, b)
+                    if best is not None and try_send(c, a, best[1]):
+                        in_used[best[1]] += 1
+                        progress = True
+        if not sends:
+            # nothing local to do: allow any useful hop (relays on sparse topologies)
+            for c in order:
+                for a in sorted(holders[c]):
+                    for link in out_of[a]:
+                        if link.dst not in holders[c] and _closer(topology, link.dst, holders[c], needers[c]):
+                            try_send(c, a, link.dst)
+        if not sends:
+            raise RuntimeError("greedy scheduler is stuck (a bug): no send is possible")
+        for send in sends:
+            if send.dst not in holders[send.chunk]:
+                holders[send.chunk].add(send.dst)
+                in_machine[send.chunk][machine[send.dst]] += 1
+                if send.dst in needers[send.chunk]:
+                    needers[send.chunk].discard(send.dst)
+                    remaining -= 1
+        steps.append(Step(tuple(sorted(sends)), 1))
+    schedule = Schedule(topology, collective, tuple(steps),
+                        {"synthesizer": "greedy", "algorithm": "greedy pipelined", "chunks_per_rank": collective.chunks_per_rank})
+    _check(schedule)
+    return schedule
+
+
+def link_used_total(used: Counter, links) -> int:
+    """Chunks already placed on these links in the current step."""
+    return sum(used[l.key] for l in links)
+
+
+def _closer(topology: Topology, rank: int, holders: set[int], needers: set[int]) -> bool:
+    """Is ``rank`` nearer to some rank that still needs the chunk than every holder is?"""
+    dist = topology.hop_distances
+    return any(dist[rank][d] < min(dist[h][d] for h in holders) for d in needers)
+
+
+def pipelined(topology: Topology, name: str, chunks: int, root: int | None = None) -> Schedule:
+    """Greedy pipelined schedule for any standard collective with ``chunks`` chunks per rank."""
+    coll = make_collective(name, topology.ranks, root=root, chunks=chunks)
+    if name == "allreduce":
+        rs = pipelined(topology, "reduce_scatter", chunks)
+        ag = pipelined(topology, "allgather", chunks)
+        schedule = compose(rs, ag, coll)
+    elif coll.combining:
+        forward = greedy_schedule(topology.reversed(), dual_collective(coll))
+        dual = dual_schedule(forward)
+        schedule = Schedule(topology, coll, dual.steps, dual.meta)
+    else:
+        return greedy_schedule(topology, coll)
+    _check(schedule)
+    return schedule
+
+
+def _check(schedule: Schedule) -> None:
+    problems = verify(schedule)
+    if problems:
+        raise RuntimeError(f"greedy scheduler built an invalid schedule (a bug): {problems[0]}")

@@ -1,0 +1,47 @@
+"""Greedy pipelined scheduler: verified schedules, each chunk enters each machine once, and
+the model efficiency on the NIC-bound ndv2x2 (deterministic figures, not timings)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from synth.bounds import lower_bounds
+from synth.cost import step_time_us
+from synth.library import resolve_topology
+from synth.pipeline import pipelined
+from synth.verify import verify
+
+
+@pytest.mark.parametrize("name", ["allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "gather"])
+def test_every_collective_verifies_on_two_machines(name):
+    topo = resolve_topology("ndv2x2")
+    schedule = pipelined(topo, name, 2, 0 if name in ("broadcast", "gather") else None)
+    assert verify(schedule) == []
+    assert all(step.rounds == 1 for step in schedule.steps)
+
+
+def test_each_chunk_crosses_into_each_machine_once():
+    topo = resolve_topology("ndv2x2")
+    schedule = pipelined(topo, "allgather", 4)
+    crossings = Counter()
+    for step in schedule.steps:
+        for send in step.sends:
+            if topo.machine_of[send.src] != topo.machine_of[send.dst]:
+                crossings[(send.chunk, topo.machine_of[send.dst])] += 1
+    assert set(crossings.values()) == {1}
+    assert len(crossings) == schedule.collective.chunks  # every chunk reaches the other machine
+
+
+def test_ndv2x2_allgather_reaches_the_nic_bound():
+    topo = resolve_topology("ndv2x2")
+    schedule = pipelined(topo, "allgather", 8)
+    size = 1 << 30
+    fraction = lower_bounds(topo, schedule.collective).time_us(size) / step_time_us(schedule, size)
+    assert fraction >= 0.95  # TACCL reached 0.74 and TE-CCL 0.91 of this bound
+
+
+def test_single_machine_sparse_topology_still_completes():
+    schedule = pipelined(resolve_topology("ring:6"), "allgather", 3)
+    assert verify(schedule) == [] and len(schedule.steps) >= 3
