@@ -24,6 +24,7 @@ from collections import Counter
 from synth.collective import Collective
 from synth.collectives import make_collective
 from synth.errors import InputError
+from synth.nic_matching import plan_crossings
 from synth.reductions import compose, dual_collective, dual_schedule
 from synth.schedule import Schedule, Send, Step
 from synth.topology import Topology
@@ -48,7 +49,15 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
     remaining = sum(len(n) for n in needers)
     out_of = [sorted(topology.out_links[r], key=lambda l: -l.bandwidth) for r in range(topology.ranks)]
     local_out = [[l for l in out_of[r] if machine[l.dst] == machine[r]] for r in range(topology.ranks)]
-    remote_out = [[l for l in out_of[r] if machine[l.dst] != machine[r]] for r in range(topology.ranks)]
+    members: dict[int, list[int]] = {}
+    for r in range(topology.ranks):
+        members.setdefault(machine[r], []).append(r)
+    held_by = [set() for _ in range(topology.ranks)]
+    for c, h in enumerate(holders):
+        for r in h:
+            held_by[r].add(c)
+    fabric = _fabric_groups(topology)
+    group_caps = {g.name: topology.group_capacity(g) for g in topology.groups}
     limit = max_steps or 64 * (collective.chunks + topology.ranks)
     steps: list[Step] = []
     while remaining:
@@ -57,6 +66,7 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
         link_used: Counter = Counter()
         group_used: Counter = Counter()
         in_used: Counter = Counter()
+        remote_used: Counter = Counter()
         writes: set[tuple[int, int]] = set()
         sends: list[Send] = []
 
@@ -74,22 +84,13 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
             sends.append(Send(c, a, b))
             return True
 
-        # 1. into machines that lack the chunk entirely (rarest chunks first)
         order = sorted(range(collective.chunks), key=lambda c: (len(holders[c]), c))
-        for c in order:
-            missing = [m for m in wanted_in[c] if in_machine[c][m] == 0]
-            if not missing:
-                continue
-            for a in sorted(holders[c], key=lambda r: link_used_total(link_used, remote_out[r])):
-                for link in remote_out[a]:
-                    b = link.dst
-                    if machine[b] not in missing or b in holders[c]:
-                        continue
-                    if try_send(c, a, b):
-                        missing.remove(machine[b])
-                        break
-                if not missing:
-                    break
+        # 1. into machines that lack the chunk entirely: the most crossings the NICs allow
+        if fabric is not None:
+            _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_machine, members,
+                           machine, link_cap, try_send)
+        else:
+            _cross_greedily(order, holders, wanted_in, in_machine, members, link_cap, try_send, remote_used)
         # 2. inside machines, in passes: each (chunk, holder) sends at most one copy per pass,
         #    to the needer whose incoming side is least used, so no chunk hogs a port
         progress = True
@@ -121,6 +122,7 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
         for send in sends:
             if send.dst not in holders[send.chunk]:
                 holders[send.chunk].add(send.dst)
+                held_by[send.dst].add(send.chunk)
                 in_machine[send.chunk][machine[send.dst]] += 1
                 if send.dst in needers[send.chunk]:
                     needers[send.chunk].discard(send.dst)
@@ -132,9 +134,82 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
     return schedule
 
 
-def link_used_total(used: Counter, links) -> int:
-    """Chunks already placed on these links in the current step."""
-    return sum(used[l.key] for l in links)
+def _fabric_groups(topology: Topology) -> dict[tuple[int, int], tuple[str, str]] | None:
+    """For composed machines (``NAMExK``): each cross-machine link's (NIC-out, NIC-in) groups."""
+    machine = topology.machine_of
+    out: dict[tuple[int, int], tuple[str, str]] = {}
+    for link in topology.links:
+        if machine[link.src] == machine[link.dst]:
+            continue
+        names = [g.name for g in topology.groups_of_link.get(link.key, ())]
+        outs = [n for n in names if n.endswith("-out")]
+        ins = [n for n in names if n.endswith("-in")]
+        if len(outs) != 1 or len(ins) != 1:
+            return None
+        out[link.key] = (outs[0], ins[0])
+    return out or None
+
+
+def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_machine, members, machine,
+                   link_cap, try_send) -> None:
+    """Plan the step's crossings with a max flow through the NIC groups, then fill them with the
+    rarest chunks each receiving machine still lacks (each chunk into a machine once)."""
+    rank_of_order = {c: i for i, c in enumerate(order)}
+    missing: dict[int, set[int]] = {}
+    for c in order:
+        for m in wanted_in[c]:
+            if in_machine[c][m] == 0:
+                missing.setdefault(m, set()).add(c)
+    link_room: dict[tuple[int, int], int] = {}
+    group_room: dict[str, int] = {}
+    useful: dict[tuple[int, int], set[int]] = {}
+    for a, chunks in enumerate(held_by):
+        if not chunks:
+            continue
+        for m, lacking in missing.items():
+            if m == machine[a]:
+                continue
+            offer = chunks & lacking
+            if not offer:
+                continue
+            for b in members[m]:
+                key = (a, b)
+                if key in fabric:
+                    link_room[key] = min(link_cap[key], len(offer))
+                    useful[key] = offer
+    for key, (g_out, g_in) in fabric.items():
+        if key in link_room:
+            group_room.setdefault(g_out, group_caps[g_out])
+            group_room.setdefault(g_in, group_caps[g_in])
+    plan = plan_crossings(link_room, {k: fabric[k] for k in link_room}, group_room)
+    taken: dict[int, set[int]] = {}
+    for (a, b), count in plan.items():
+        m = machine[b]
+        for c in sorted(useful[(a, b)] - taken.get(m, set()), key=rank_of_order.__getitem__):
+            if count == 0:
+                break
+            if b not in holders[c] and try_send(c, a, b):
+                taken.setdefault(m, set()).add(c)
+                count -= 1
+
+
+def _cross_greedily(order, holders, wanted_in, in_machine, members, link_cap, try_send, remote_used) -> None:
+    """Without labelled NIC groups: chunk by chunk, from the least-busy holder."""
+    for c in order:
+        missing = [m for m in wanted_in[c] if in_machine[c][m] == 0]
+        if not missing:
+            continue
+        senders = sorted(holders[c], key=lambda r: (remote_used[r], r))
+        for m in missing:
+            placed = False
+            for a in senders:
+                for b in members[m]:
+                    if b not in holders[c] and (a, b) in link_cap and try_send(c, a, b):
+                        remote_used[a] += 1
+                        placed = True
+                        break
+                if placed:
+                    break
 
 
 def _closer(topology: Topology, rank: int, holders: set[int], needers: set[int]) -> bool:
