@@ -6,9 +6,11 @@ a max flow source -> NIC-out -> link -> NIC-in -> sink over the links that have 
 to carry finds the most crossings the step can hold. ``plan_crossings`` returns how many chunks
 each link should carry; the caller then picks which chunks.
 
->>> plan_crossings({(0, 2): 1, (1, 2): 1}, {(0, 2): ("a-out", "x-in"), (1, 2): ("b-out", "x-in")},
-...                {"a-out": 1, "b-out": 1, "x-in": 1})
-{(0, 2): 1}
+>>> plan = plan_crossings({(0, 2): 1, (1, 2): 1, (1, 3): 1},
+...                       {(0, 2): ("a-out", "x-in"), (1, 2): ("b-out", "x-in"), (1, 3): ("b-out", "y-in")},
+...                       {"a-out": 1, "b-out": 1, "x-in": 1, "y-in": 1})
+>>> plan  # b must use its one NIC slot for rank 3, or x-in and y-in cannot both be fed
+{(0, 2): 1, (1, 3): 1}
 """
 
 from __future__ import annotations
