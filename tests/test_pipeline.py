@@ -45,3 +45,24 @@ def test_ndv2x2_allgather_reaches_the_nic_bound():
 def test_single_machine_sparse_topology_still_completes():
     schedule = pipelined(resolve_topology("ring:6"), "allgather", 3)
     assert verify(schedule) == [] and len(schedule.steps) >= 3
+
+
+def test_skewed_alltoallv_verifies_and_each_chunk_crosses_once(tmp_path):
+    import json
+
+    from synth.collectives import make_collective
+    from synth.pipeline import greedy_schedule
+
+    n = 16
+    matrix = [[0 if s == d else max(1, 4 // (d % 8 + 1)) for d in range(n)] for s in range(n)]
+    path = tmp_path / "zipf.json"
+    path.write_text(json.dumps(matrix))
+    topo = resolve_topology("ndv2x2")
+    schedule = greedy_schedule(topo, make_collective(f"alltoallv:{path}", n))
+    assert verify(schedule) == []
+    crossings = Counter()
+    for step in schedule.steps:
+        for send in step.sends:
+            if topo.machine_of[send.src] != topo.machine_of[send.dst]:
+                crossings[send.chunk] += 1
+    assert max(crossings.values()) == 1
