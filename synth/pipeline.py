@@ -52,6 +52,7 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
     members: dict[int, list[int]] = {}
     for r in range(topology.ranks):
         members.setdefault(machine[r], []).append(r)
+    local_dist = _local_distances(topology, local_out)
     held_by = [set() for _ in range(topology.ranks)]
     for c, h in enumerate(holders):
         for r in h:
@@ -88,7 +89,7 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
         # 1. into machines that lack the chunk entirely: the most crossings the NICs allow
         if fabric is not None:
             _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_machine, members,
-                           machine, link_cap, try_send)
+                           machine, link_cap, try_send, needers)
         else:
             _cross_greedily(order, holders, wanted_in, in_machine, members, link_cap, try_send, remote_used)
         # 2. inside machines, in passes: each (chunk, holder) sends at most one copy per pass,
@@ -99,14 +100,21 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
             for c in order:
                 if not needers[c]:
                     continue
-                for a in holders[c]:
+                for a in list(holders[c]):
                     best = None
+                    local_needs = [d for d in needers[c] if machine[d] == machine[a]]
                     for link in local_out[a]:
                         b = link.dst
-                        if b in needers[c] and (b, c) not in writes and link_used[link.key] < link_cap[link.key]:
-                            load = in_used[b]
-                            if best is None or load < best[0]:
-                                best = (load, b)
+                        if (b, c) in writes or b in holders[c] or link_used[link.key] >= link_cap[link.key]:
+                            continue
+                        if b in needers[c]:
+                            rank = (0, in_used[b])
+                        elif any(local_dist[b][d] < local_dist[a][d] for d in local_needs):
+                            rank = (1, in_used[b])  # a relay inside the machine, towards a needer
+                        else:
+                            continue
+                        if best is None or rank < best[0]:
+                            best = (rank, b)
                     if best is not None and try_send(c, a, best[1]):
                         in_used[best[1]] += 1
                         progress = True
@@ -134,6 +142,31 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
     return schedule
 
 
+def _local_distances(topology: Topology, local_out) -> list[dict[int, float]]:
+    """Hop distances inside each machine (links between machines are not used)."""
+    out = []
+    for start in range(topology.ranks):
+        dist = {start: 0}
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for node in frontier:
+                for link in local_out[node]:
+                    if link.dst not in dist:
+                        dist[link.dst] = dist[node] + 1
+                        nxt.append(link.dst)
+            frontier = nxt
+        out.append(dist)
+    return [_Inf(d) for d in out]
+
+
+class _Inf(dict):
+    """A distance map whose missing entries are infinitely far."""
+
+    def __missing__(self, key):
+        return float("inf")
+
+
 def _fabric_groups(topology: Topology) -> dict[tuple[int, int], tuple[str, str]] | None:
     """For composed machines (``NAMExK``): each cross-machine link's (NIC-out, NIC-in) groups."""
     machine = topology.machine_of
@@ -151,7 +184,7 @@ def _fabric_groups(topology: Topology) -> dict[tuple[int, int], tuple[str, str]]
 
 
 def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_machine, members, machine,
-                   link_cap, try_send) -> None:
+                   link_cap, try_send, needers) -> None:
     """Plan the step's crossings with a max flow through the NIC groups, then fill them with the
     rarest chunks each receiving machine still lacks (each chunk into a machine once)."""
     rank_of_order = {c: i for i, c in enumerate(order)}
@@ -185,7 +218,8 @@ def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_ma
     taken: dict[int, set[int]] = {}
     for (a, b), count in plan.items():
         m = machine[b]
-        for c in sorted(useful[(a, b)] - taken.get(m, set()), key=rank_of_order.__getitem__):
+        for c in sorted(useful[(a, b)] - taken.get(m, set()),
+                        key=lambda c: (b not in needers[c], rank_of_order[c])):
             if count == 0:
                 break
             if b not in holders[c] and try_send(c, a, b):
