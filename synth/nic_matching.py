@@ -23,25 +23,34 @@ def plan_crossings(
     link_groups: dict[tuple[int, int], tuple[str, str]],
     group_room: dict[str, int],
 ) -> dict[tuple[int, int], int]:
-    """Chunks per fabric link (out-group, in-group given per link) that maximise crossings."""
-    graph = nx.DiGraph()
-    for key, room in link_room.items():
+    """Chunks per fabric link (out-group, in-group given per link) that maximise crossings.
+
+    Links that join the same pair of groups are one edge of the flow graph (their rooms add
+    up); the pair's flow is then dealt out over its links in order.
+    """
+    pairs: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for key, room in sorted(link_room.items()):
         if room <= 0:
             continue
         out_group, in_group = link_groups[key]
         if group_room.get(out_group, 0) <= 0 or group_room.get(in_group, 0) <= 0:
             continue
-        graph.add_edge("source", ("out", out_group), capacity=group_room[out_group])
-        graph.add_edge(("out", out_group), ("link", key), capacity=room)
-        graph.add_edge(("link", key), ("in", in_group), capacity=room)
-        graph.add_edge(("in", in_group), "sink", capacity=group_room[in_group])
-    if "source" not in graph or "sink" not in graph:
+        pairs.setdefault((out_group, in_group), []).append(key)
+    if not pairs:
         return {}
+    graph = nx.DiGraph()
+    for (out_group, in_group), keys in pairs.items():
+        graph.add_edge("source", ("out", out_group), capacity=group_room[out_group])
+        graph.add_edge(("out", out_group), ("in", in_group), capacity=sum(link_room[k] for k in keys))
+        graph.add_edge(("in", in_group), "sink", capacity=group_room[in_group])
     _, flow = nx.maximum_flow(graph, "source", "sink")
-    plan = {}
-    for node, targets in flow.items():
-        if isinstance(node, tuple) and node[0] == "link":
-            amount = sum(targets.values())
-            if amount > 0:
-                plan[node[1]] = int(round(amount))
+    plan: dict[tuple[int, int], int] = {}
+    for (out_group, in_group), keys in pairs.items():
+        amount = int(round(flow[("out", out_group)].get(("in", in_group), 0)))
+        for key in keys:
+            if amount <= 0:
+                break
+            take = min(amount, link_room[key])
+            plan[key] = take
+            amount -= take
     return dict(sorted(plan.items()))

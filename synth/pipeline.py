@@ -193,38 +193,45 @@ def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_ma
         for m in wanted_in[c]:
             if in_machine[c][m] == 0:
                 missing.setdefault(m, set()).add(c)
-    link_room: dict[tuple[int, int], int] = {}
-    group_room: dict[str, int] = {}
-    useful: dict[tuple[int, int], set[int]] = {}
-    for a, chunks in enumerate(held_by):
-        if not chunks:
-            continue
-        for m, lacking in missing.items():
-            if m == machine[a]:
-                continue
-            offer = chunks & lacking
-            if not offer:
-                continue
-            for b in members[m]:
-                key = (a, b)
-                if key in fabric:
-                    link_room[key] = min(link_cap[key], len(offer))
-                    useful[key] = offer
-    for key, (g_out, g_in) in fabric.items():
-        if key in link_room:
-            group_room.setdefault(g_out, group_caps[g_out])
-            group_room.setdefault(g_in, group_caps[g_in])
-    plan = plan_crossings(link_room, {k: fabric[k] for k in link_room}, group_room)
     taken: dict[int, set[int]] = {}
-    for (a, b), count in plan.items():
-        m = machine[b]
-        for c in sorted(useful[(a, b)] - taken.get(m, set()),
-                        key=lambda c: (b not in needers[c], rank_of_order[c])):
-            if count == 0:
-                break
-            if b not in holders[c] and try_send(c, a, b):
-                taken.setdefault(m, set()).add(c)
-                count -= 1
+    used_links: Counter = Counter()
+    used_groups: Counter = Counter()
+    for _ in range(4):  # re-plan: a planned crossing may find its chunks taken by another sender
+        link_room: dict[tuple[int, int], int] = {}
+        useful: dict[tuple[int, int], set[int]] = {}
+        for a, chunks in enumerate(held_by):
+            if not chunks:
+                continue
+            for m, lacking in missing.items():
+                if m == machine[a]:
+                    continue
+                offer = (chunks & lacking) - taken.get(m, set())
+                if not offer:
+                    continue
+                for b in members[m]:
+                    key = (a, b)
+                    if key in fabric and link_cap[key] > used_links[key]:
+                        link_room[key] = min(link_cap[key] - used_links[key], len(offer))
+                        useful[key] = offer
+        group_room = {name: group_caps[name] - used_groups[name]
+                      for key in link_room for name in fabric[key]}
+        plan = plan_crossings(link_room, {k: fabric[k] for k in link_room}, group_room)
+        filled = 0
+        for (a, b), count in sorted(plan.items(), key=lambda kv: (len(useful[kv[0]]), kv[0])):
+            m = machine[b]
+            for c in sorted(useful[(a, b)] - taken.get(m, set()),
+                            key=lambda c: (b not in needers[c], rank_of_order[c])):
+                if count == 0:
+                    break
+                if b not in holders[c] and try_send(c, a, b):
+                    taken.setdefault(m, set()).add(c)
+                    used_links[(a, b)] += 1
+                    for name in fabric[(a, b)]:
+                        used_groups[name] += 1
+                    count -= 1
+                    filled += 1
+        if filled == 0:
+            break
 
 
 def _cross_greedily(order, holders, wanted_in, in_machine, members, link_cap, try_send, remote_used) -> None:
