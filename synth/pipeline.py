@@ -193,6 +193,7 @@ def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_ma
         for m in wanted_in[c]:
             if in_machine[c][m] == 0:
                 missing.setdefault(m, set()).add(c)
+    lacking_in = Counter(c for chunks in missing.values() for c in chunks)  # machines still to enter
     taken: dict[int, set[int]] = {}
     used_links: Counter = Counter()
     used_groups: Counter = Counter()
@@ -220,7 +221,7 @@ def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_ma
         for (a, b), count in sorted(plan.items(), key=lambda kv: (len(useful[kv[0]]), kv[0])):
             m = machine[b]
             for c in sorted(useful[(a, b)] - taken.get(m, set()),
-                            key=lambda c: (b not in needers[c], rank_of_order[c])):
+                            key=lambda c: (b not in needers[c], -lacking_in[c], rank_of_order[c])):
                 if count == 0:
                     break
                 if b not in holders[c] and try_send(c, a, b):
