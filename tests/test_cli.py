@@ -113,12 +113,18 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, needle, tmp_path, monkeypatc
     assert err.startswith("synth: error:") and err.count("\n") == 1 and needle in err
 
 
-def test_impossible_collective_names_unreachable_ranks(capsys, tmp_path):
+def oneway_topology(tmp_path):
+    """Rank 2 can send to 0 but nothing reaches rank 2: allgather is impossible."""
     topo = {"format": "synth.topology", "version": 1, "name": "oneway", "ranks": 3,
             "links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 1, "dst": 0, "bandwidth": 25.0},
                       {"src": 2, "dst": 0, "bandwidth": 25.0}]}
     path = tmp_path / "oneway.json"
     path.write_text(json.dumps(topo))
+    return path
+
+
+def test_impossible_collective_names_unreachable_ranks(capsys, tmp_path):
+    path = oneway_topology(tmp_path)
     out_file = tmp_path / "never.json"
     code, _, err = run(capsys, "baseline", str(path), "allgather", "--algo", "ring", "-o", str(out_file))
     assert code == 2 and "ranks 2" in err and not out_file.exists()
@@ -186,11 +192,7 @@ def test_least_steps_gives_up_at_the_cap(capsys, tmp_path):
 
 
 def test_solve_on_an_impossible_collective_names_the_ranks(capsys, tmp_path):
-    topo = {"format": "synth.topology", "version": 1, "name": "oneway", "ranks": 3,
-            "links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 1, "dst": 0, "bandwidth": 25.0},
-                      {"src": 2, "dst": 0, "bandwidth": 25.0}]}
-    path = tmp_path / "oneway.json"
-    path.write_text(json.dumps(topo))
+    path = oneway_topology(tmp_path)
     code, _, err = run(capsys, "pareto", str(path), "allgather", "-o", str(tmp_path / "f"))
     assert code == 2 and "impossible" in err and "ranks 2" in err
     assert not (tmp_path / "f").exists()
