@@ -38,15 +38,22 @@ def plan_crossings(
         pairs.setdefault((out_group, in_group), []).append(key)
     if not pairs:
         return {}
+    # integer node ids: networkx walks node sets, and strings hash differently in every process
+    ids: dict[tuple[str, str], int] = {}
+
+    def node(kind: str, name: str) -> int:
+        return ids.setdefault((kind, name), len(ids) + 2)  # 0: source, 1: sink
+
     graph = nx.DiGraph()
     for (out_group, in_group), keys in pairs.items():
-        graph.add_edge("source", ("out", out_group), capacity=group_room[out_group])
-        graph.add_edge(("out", out_group), ("in", in_group), capacity=sum(link_room[k] for k in keys))
-        graph.add_edge(("in", in_group), "sink", capacity=group_room[in_group])
-    _, flow = nx.maximum_flow(graph, "source", "sink")
+        out_node, in_node = node("out", out_group), node("in", in_group)
+        graph.add_edge(0, out_node, capacity=group_room[out_group])
+        graph.add_edge(out_node, in_node, capacity=sum(link_room[k] for k in keys))
+        graph.add_edge(in_node, 1, capacity=group_room[in_group])
+    _, flow = nx.maximum_flow(graph, 0, 1)
     plan: dict[tuple[int, int], int] = {}
     for (out_group, in_group), keys in pairs.items():
-        amount = int(round(flow[("out", out_group)].get(("in", in_group), 0)))
+        amount = int(round(flow[ids[("out", out_group)]].get(ids[("in", in_group)], 0)))
         for key in keys:
             if amount <= 0:
                 break

@@ -66,3 +66,19 @@ def test_skewed_alltoallv_verifies_and_each_chunk_crosses_once(tmp_path):
             if topo.machine_of[send.src] != topo.machine_of[send.dst]:
                 crossings[send.chunk] += 1
     assert max(crossings.values()) == 1
+
+
+def test_same_schedule_in_every_process():
+    """String hashing differs per process; the schedule must not (fixed node ids in the flow)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from synth.library import resolve_topology; from synth.pipeline import pipelined; "
+            "import json; print(json.dumps(pipelined(resolve_topology('h100x4'), 'allgather', 1).to_dict()['steps']))")
+    outputs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
