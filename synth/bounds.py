@@ -299,11 +299,41 @@ def _cut_limit(topo: Topology, coll: Collective) -> _Limit:
             x = math.inf if rate <= 0 else crossing[i] / rate
             if x > best[key][0] * (1 + _REL):
                 best[key] = (x, names[i] + (f" ({group})" if group else ""))
+    if not coll.combining:
+        for name, mask, need in _reception_sets(topo, coll):
+            into = mask[net.dst]
+            for key, values, groups in variants:
+                rate, group = cut_rate(net, into, values, groups)
+                x = math.inf if rate <= 0 else need / rate
+                if x > best[key][0] * (1 + _REL):
+                    best[key] = (x, name + (f" ({group})" if group else ""))
     if scaled:  # capacities are bandwidth / min bandwidth: the same cuts, rescaled
         best["rounds"] = (best["full"][0] * topo.min_link_bandwidth, best["full"][1])
     rounds = None if net.capacity is None else best["rounds"][0]
     rounds_name = None if net.capacity is None else best["rounds"][1]
     return _Limit(best["full"][0], best["links"][0], rounds, best["full"][1], rounds_name, "cuts")
+
+
+def _reception_sets(topo: Topology, coll: Collective):
+    """Ranks that share one incoming group (e.g. two GPUs behind one NIC), with how many chunk
+    receptions they need together: every needed copy arrives over some link into one of them
+    (internal links included), so time >= receptions / (all links into the set, under groups).
+    Cuts miss this: a copy that entered the set once is free for a cut, not for a reception."""
+    need = np.zeros(topo.ranks)
+    for (pre, post), count in Counter(zip(coll.pre, coll.post)).items():
+        for rank in post - pre:
+            need[rank] += count
+    seen: set[frozenset[int]] = set()
+    for group in topo.groups:
+        ranks = frozenset(dst for _, dst in group.links)
+        if len(ranks) < 2 or len(ranks) == topo.ranks or ranks in seen:
+            continue
+        seen.add(ranks)
+        mask = np.zeros(topo.ranks, dtype=bool)
+        mask[list(ranks)] = True
+        listed = sorted(ranks)
+        shown = _names(listed) if len(listed) <= 4 else f"{listed[0]}..{listed[-1]} ({len(listed)} ranks)"
+        yield f"receptions of ranks {shown}, the destinations of {group.name}", mask, float(need[mask].sum())
 
 
 def _membership(sets: list[frozenset[int]], ranks: int) -> np.ndarray:

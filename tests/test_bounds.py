@@ -278,3 +278,15 @@ def test_bounds_is_frozen():
     assert isinstance(b, Bounds)
     with pytest.raises(AttributeError):
         b.steps = 1  # type: ignore[misc]
+
+
+def test_ranks_sharing_a_nic_need_their_receptions_counted_together():
+    """Two GPUs behind one NIC: each needs its own copy of every chunk, and both copies
+    arrive over links into the pair, so the pair's ingress bounds the time (a cut does not)."""
+    from synth.library import resolve_topology
+
+    topo = resolve_topology("dgx2x2")
+    bounds = lower_bounds(topo, allgather(32))
+    # per pair: 2 x 31 receptions over 2 x 125 GB/s of switch ports + one 12.5 GB/s NIC
+    assert bounds.algbw_gbps == pytest.approx(32 * 262.5 / 62, rel=1e-6)
+    assert "receptions" in bounds.binding
