@@ -25,8 +25,9 @@ INSTANCES = [
     ("h100x4", "allgather", 4),
     ("h100x4", "alltoallv:ZIPF", 1),
     ("dgx2x2", "allgather", 8),
-    ("h100x16", "allgather", 2),
-    ("h100x16", "reduce_scatter", 2),
+    ("h100x16", "allgather", 3),
+    ("h100x16", "reduce_scatter", 3),
+    ("h100x16", "allreduce", 3),
 ]
 QUICK = {("ndv2x2", "allgather", 8), ("h100x4", "alltoallv:ZIPF", 1)}
 
