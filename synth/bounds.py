@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from synth.bounds_lp import Demand, Network, cut_rate, flow_lp, flow_variables
+from synth.backends.lp import Demand, Network, cut_rate, flow_lp, flow_variables
 from synth.collective import Collective
 from synth.reductions import dual_collective
 from synth.topology import Topology
@@ -121,7 +121,7 @@ class Bounds:
 
 @dataclass(frozen=True)
 class _Limit:
-    """Bandwidth limits as x = chunk loads per unit of capacity (see bounds_lp)."""
+    """Bandwidth limits as x = chunk loads per unit of capacity (see synth.backends.lp)."""
 
     full: float
     links: float

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from synth.bounds_lp import _Rows, solve_lp
+from synth.backends.lp import _Rows, solve_lp
 from synth.collective import Collective
 from synth.topology import Topology
 
