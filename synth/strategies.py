@@ -187,11 +187,14 @@ def _rounds_cap(session: SmtSession, steps: int, chunks: int) -> int:
 
 
 def _non_dominated(points: list[FrontierPoint]) -> list[FrontierPoint]:
-    out = []
+    """Points no other point beats in both steps and rounds/chunk (ties: fewest chunks).
+
+    In order of steps, a point is kept only when its ratio is below every kept one.
+    """
+    out: list[FrontierPoint] = []
     for p in sorted(points, key=lambda p: (p.steps, p.ratio, p.chunks)):
-        if not any(q.steps <= p.steps and q.ratio <= p.ratio and q is not p and (q.steps, q.ratio) != (p.steps, p.ratio) for q in points):
-            if all((q.steps, q.ratio) != (p.steps, p.ratio) for q in out):
-                out.append(p)
+        if not out or p.ratio < out[-1].ratio:
+            out.append(p)
     return out
 
 

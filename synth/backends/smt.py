@@ -27,7 +27,6 @@ or a status.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -395,13 +394,3 @@ def _orbits(keys: list, maps: list) -> dict:
                 if a != b:
                     parent[max(a, b)] = min(a, b)
     return {k: find(k) for k in keys}
-
-
-def steps_possible(topology: Topology, collective: Collective) -> float:
-    """Fewest steps any schedule needs (hop distance), math.inf when unreachable."""
-    dist = topology.hop_distances
-    worst = 0.0
-    for pre, post in zip(collective.pre, collective.post):
-        for r in post - pre:
-            worst = max(worst, min(dist[h][r] for h in pre))
-    return worst if worst != math.inf else math.inf

@@ -38,16 +38,6 @@ class Transfer:
     op: str = "copy"
 
 
-def _bfs(topology: Topology, src: int) -> tuple[float, ...]:
-    """Fewest links from ``src`` to every rank, without computing all pairs."""
-    return topology.distances_from(src)
-
-
-def shortest_paths_from(topology: Topology, src: int) -> list[list[int]]:
-    """For every rank, the predecessors on shortest paths from ``src`` (BFS DAG)."""
-    return _preds(topology, _bfs(topology, src))
-
-
 def _preds(topology: Topology, dist: Sequence[float]) -> list[list[int]]:
     preds: list[list[int]] = [[] for _ in range(topology.ranks)]
     for link in topology.links:
@@ -132,7 +122,7 @@ def _route(topology, transfer, dists, preds, load, group_load) -> list[int]:
     """A shortest path for a transfer without a direct link, hop by hop the one whose link and
     groups (NICs, switch ports) would finish soonest with one more chunk."""
     if transfer.src not in dists:
-        dists[transfer.src] = _bfs(topology, transfer.src)
+        dists[transfer.src] = topology.distances_from(transfer.src)
         preds[transfer.src] = _preds(topology, dists[transfer.src])
     dist = dists[transfer.src][transfer.dst]
     if dist == math.inf:
