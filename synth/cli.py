@@ -234,6 +234,14 @@ def _report_unsolved(result, what: str) -> int:
 def cmd_solve(args) -> int:
     if args.backend == "greedy":
         return _solve_greedy(args)
+    if args.backend == "milp":
+        return _solve_milp(args)
+    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
+                        ("--threads", args.threads)):
+        if given is not None:
+            raise InputError(f"{flag} applies to --backend milp")
+    if args.chunks is None:
+        args.chunks = 1
     from synth.strategies import solve_instance
 
     topo = _topology(args.topology)
@@ -251,6 +259,48 @@ def cmd_solve(args) -> int:
     return 0
 
 
+def _solve_milp(args) -> int:
+    import time
+
+    from synth.backends.milp import MilpOptions
+    from synth.cost import format_size, parse_size
+    from synth.router.synthesize import synthesize
+    from synth.sketch import default_sketch, load_sketch
+
+    if args.steps is not None or args.rounds is not None:
+        raise InputError("--backend milp chooses its own steps and rounds; drop --steps/--rounds")
+    topo = _topology(args.topology)
+    options = MilpOptions(solver=args.solver or "highs", time_limit=args.time_limit, gap=args.gap,
+                          threads=args.threads)
+    size = parse_size(args.size) if args.size is not None else None
+    if args.sketch is not None:
+        sketch = load_sketch(args.sketch, topo)
+        if size is not None and size != sketch.size:
+            raise InputError(f"--size {args.size} differs from the sketch's size {format_size(sketch.size)}; "
+                             "give one of them")
+        if args.chunks is not None and args.chunks != sketch.chunk_up:
+            raise InputError(f"--chunks {args.chunks} differs from the sketch's chunk_up {sketch.chunk_up}; "
+                             "give one of them")
+        _progress(f"sketch: {args.sketch}: " + "; ".join(sketch.describe()))
+    else:
+        sketch, reasons = default_sketch(topo, args.collective, size)
+        if args.chunks is not None:
+            from dataclasses import replace
+
+            sketch = replace(sketch, chunk_up=args.chunks)
+            reasons = [r if not r.startswith("chunk_up") else f"chunk_up: {args.chunks} (--chunks)" for r in reasons]
+        _progress(f"sketch: derived default (see 'synth sketch show {topo.name}'): " + "; ".join(reasons))
+    started = time.perf_counter()
+    result = synthesize(topo, args.collective, sketch, options, root=args.root, progress=_progress)
+    seconds = time.perf_counter() - started
+    flag = "" if result.status == "solved" else " [TIMEOUT: routing plan not proven optimal]"
+    _progress(f"{topo.name} {args.collective} milp: {len(result.schedule.steps)} steps, {seconds:.1f} s; at "
+              f"{format_size(result.size)}: {result.time_us:.1f} us = {result.percent_of_bound:.1f}% of the bound "
+              f"{result.bound_us:.1f} us (event simulation {result.simulated_us:.1f} us){flag}")
+    _write_or_print(result.schedule.with_meta(solve_seconds=round(seconds, 3)).to_dict(), args.output)
+    return 0
+
+
 def _solve_greedy(args) -> int:
     import time
 
@@ -260,10 +310,16 @@ def _solve_greedy(args) -> int:
 
     if args.steps is not None or args.rounds is not None:
         raise InputError("--backend greedy chooses its own steps and rounds; drop --steps/--rounds")
+    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
+                        ("--threads", args.threads)):
+        if given is not None:
+            raise InputError(f"{flag} applies to --backend milp")
+    if args.chunks is None:
+        args.chunks = 1
     if args.chunks < 1:
         raise InputError("--chunks must be >= 1")
     topo = _topology(args.topology)
-    size = parse_size(args.size)
+    size = parse_size(args.size or "1G")
     started = time.perf_counter()
     schedule = pipelined(topo, args.collective, args.chunks, args.root)
     seconds = time.perf_counter() - started
@@ -350,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bounds)
 
-    p = sub.add_parser("cost", help="cost of a schedule file over sizes, both models, % of the bound")
+    p = sub.add_parser("cost", help="cost of a schedule file over sizes, both models, %% of the bound")
     p.add_argument("file")
     p.add_argument("--sizes", default=DEFAULT_COST_SIZES, help=f"comma-separated sizes (default {DEFAULT_COST_SIZES})")
     p.add_argument("--json", action="store_true")
@@ -365,17 +421,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_baseline)
 
-    p = sub.add_parser("solve", help="synthesize a schedule: one k-synchronous instance (smt) or a "
-                                     "pipelined greedy schedule for big machines (greedy)")
+    p = sub.add_parser("solve", help="synthesize a schedule: one k-synchronous instance (smt), the sketch-guided "
+                                     "MILP router (milp), or a pipelined greedy schedule (greedy)")
     _add_problem(p)
-    p.add_argument("--backend", choices=("smt", "greedy"), default="smt",
-                   help="smt: exact instance (needs --steps); greedy: one round per step, many chunks")
-    p.add_argument("--size", default="1G", help="greedy: size S to report the cost at (default 1G)")
+    p.add_argument("--backend", choices=("smt", "milp", "greedy"), default="smt",
+                   help="smt: exact instance (needs --steps); milp: sketch-guided router for big "
+                        "multi-machine topologies; greedy: one round per step, many chunks")
+    p.add_argument("--size", help="milp/greedy: size S to optimise and report at (default: the sketch's, 1G)")
+    p.add_argument("--sketch", help="milp: a synth.sketch v1 file (default: derived, see 'synth sketch show')")
+    p.add_argument("--solver", choices=("highs", "cbc"), help="milp: MILP/LP solver (default highs)")
+    p.add_argument("--gap", type=float, help="milp: relative MIP gap to stop at (default: prove optimality)")
+    p.add_argument("--threads", type=int, help="milp: solver threads")
     p.add_argument("--steps", type=int)
     p.add_argument("--rounds", type=int, help="total rounds (default: = steps)")
-    p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
+    p.add_argument("--chunks", type=int, help="chunks per rank (default 1; milp: the sketch's chunk_up)")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_solve)
+
+    from synth.cli_sketch import add_sketch_parser
+
+    add_sketch_parser(sub)
 
     p = sub.add_parser("least-steps", help="fewest steps with rounds = steps + extra rounds")
     _add_problem(p)

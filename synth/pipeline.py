@@ -197,6 +197,26 @@ def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_ma
     taken: dict[int, set[int]] = {}
     used_links: Counter = Counter()
     used_groups: Counter = Counter()
+    _fill_crossings(fabric, group_caps, missing, taken, used_links, used_groups, held_by, members, machine,
+                    link_cap, try_send, lambda c, b: (b not in needers[c], -lacking_in[c], rank_of_order[c]),
+                    lambda c, b: b not in holders[c])
+    # NIC slots left over: second copies straight to a rank that needs the chunk, so the NICs
+    # keep working while the switches spread what already crossed
+    needed_in: dict[int, set[int]] = {}
+    for c in order:
+        for d in needers[c]:
+            needed_in.setdefault(machine[d], set()).add(c)
+    short = Counter()  # ranks per chunk still lacking it, machine by machine
+    for c in order:
+        for d in needers[c]:
+            short[(c, machine[d])] += 1
+    _fill_crossings(fabric, group_caps, needed_in, taken, used_links, used_groups, held_by, members, machine,
+                    link_cap, try_send, lambda c, b: (-short[(c, machine[b])], rank_of_order[c]),
+                    lambda c, b: b in needers[c])
+
+
+def _fill_crossings(fabric, group_caps, missing, taken, used_links, used_groups, held_by, members, machine,
+                    link_cap, try_send, priority, acceptable) -> None:
     for _ in range(4):  # re-plan: a planned crossing may find its chunks taken by another sender
         link_room: dict[tuple[int, int], int] = {}
         useful: dict[tuple[int, int], set[int]] = {}
@@ -220,11 +240,10 @@ def _cross_by_flow(fabric, group_caps, order, holders, held_by, wanted_in, in_ma
         filled = 0
         for (a, b), count in sorted(plan.items(), key=lambda kv: (len(useful[kv[0]]), kv[0])):
             m = machine[b]
-            for c in sorted(useful[(a, b)] - taken.get(m, set()),
-                            key=lambda c: (b not in needers[c], -lacking_in[c], rank_of_order[c])):
+            for c in sorted(useful[(a, b)] - taken.get(m, set()), key=lambda c: priority(c, b)):
                 if count == 0:
                     break
-                if b not in holders[c] and try_send(c, a, b):
+                if acceptable(c, b) and try_send(c, a, b):
                     taken.setdefault(m, set()).add(c)
                     used_links[(a, b)] += 1
                     for name in fabric[(a, b)]:

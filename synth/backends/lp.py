@@ -224,14 +224,31 @@ def solve_lp(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_
     Returns the optimal objective, or None when the solver does not report optimality (a
     timeout included: callers then fall back to a weaker bound, never to a guess).
     """
+    solution = solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit)
+    return None if solution is None else solution[0]
+
+
+def solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_SECONDS,
+                      solver: str = "highs") -> tuple[float, np.ndarray] | None:
+    """Like ``solve_lp`` but returns (objective, x); ``solver`` is "highs" or "cbc" (through PuLP).
+
+    >>> obj, x = solve_lp_solution([-1.0, -2.0], [1.0, 1.0], ([0, 0], [0, 1], [1.0, 1.0]), [-np.inf], [1.0])
+    >>> round(obj, 6), [abs(round(float(v), 6)) for v in x]
+    (-2.0, [0.0, 1.0])
+    """
     rows, cols, vals = (np.asarray(a) for a in coo)
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
-    starts = np.searchsorted(rows, np.arange(len(row_lower) + 1))
+    col_upper = np.asarray(col_upper, dtype=float)
+    row_lower = np.asarray(row_lower, dtype=float)
+    row_upper = np.asarray(row_upper, dtype=float)
+    if solver == "cbc":
+        return _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper, time_limit)
     try:
         import highspy
     except ImportError:  # pragma: no cover - highspy is a dependency
-        return _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper)
+        return _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper, time_limit)
+    starts = np.searchsorted(rows, np.arange(len(row_lower) + 1))
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = len(cost), len(row_lower)
@@ -244,17 +261,18 @@ def solve_lp(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_
     lp.a_matrix_.start_ = starts.astype(np.int32)
     lp.a_matrix_.index_ = cols.astype(np.int32)
     lp.a_matrix_.value_ = vals.astype(float)
-    solver = _new_highs(highspy)
-    solver.setOptionValue("output_flag", False)
-    solver.setOptionValue("random_seed", 0)
-    solver.setOptionValue("time_limit", float(time_limit))
+    highs = _new_highs(highspy)
+    highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("random_seed", 0)
+    highs.setOptionValue("time_limit", float(time_limit))
     # interior point is far faster than simplex on the big, degenerate flow LPs
-    solver.setOptionValue("solver", "ipm" if len(cost) > 5000 else "simplex")
-    solver.passModel(lp)
-    solver.run()
-    if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+    highs.setOptionValue("solver", "ipm" if len(cost) > 5000 else "simplex")
+    highs.passModel(lp)
+    highs.run()
+    if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
-    return float(solver.getInfo().objective_function_value)
+    x = np.asarray(highs.getSolution().col_value, dtype=float)
+    return float(highs.getInfo().objective_function_value), x
 
 
 def _new_highs(highspy):
@@ -274,19 +292,21 @@ def _new_highs(highspy):
         _quiet_done = True
 
 
-def _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper):  # pragma: no cover
+def _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper, time_limit=LP_SECONDS):
+    """The same LP through PuLP and CBC (``--solver cbc``), statuses mapped by backends.milp."""
     import pulp
 
-    prob = pulp.LpProblem("bound", pulp.LpMinimize)
-    xs = [
-        pulp.LpVariable(f"x{i}", 0, None if math.isinf(u) else float(u)) for i, u in enumerate(col_upper)
-    ]
-    prob += pulp.lpSum(float(c) * x for c, x in zip(cost, xs) if c)
+    from synth.backends.milp import MilpOptions, MilpStatus, solve
+
+    prob = pulp.LpProblem("lp", pulp.LpMinimize)
+    xs = [prob.add_variable(f"x{i}", lowBound=0, upBound=None if math.isinf(u) else float(u))
+          for i, u in enumerate(col_upper)]
+    prob += pulp.LpAffineExpression([(x, float(c)) for c, x in zip(cost, xs) if c])
     exprs: list[list] = [[] for _ in row_lower]
     for r, c, v in zip(rows, cols, vals):
-        exprs[r].append(float(v) * xs[c])
+        exprs[r].append((xs[c], float(v)))
     for i, terms in enumerate(exprs):
-        expr = pulp.lpSum(terms)
+        expr = pulp.LpAffineExpression(terms)
         if row_lower[i] == row_upper[i]:
             prob += expr == float(row_lower[i])
             continue
@@ -294,7 +314,8 @@ def _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper):  
             prob += expr >= float(row_lower[i])
         if not math.isinf(row_upper[i]):
             prob += expr <= float(row_upper[i])
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=LP_SECONDS))
-    if pulp.LpStatus[status] != "Optimal":
+    outcome = solve(prob, MilpOptions(solver="cbc", time_limit=time_limit))
+    if outcome.status != MilpStatus.SOLVED:
         return None
-    return float(pulp.value(prob.objective) or 0.0)
+    x = np.array([x.value() or 0.0 for x in xs], dtype=float)
+    return float(outcome.objective or 0.0), x

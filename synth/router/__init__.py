@@ -1,0 +1,1 @@
+"""MILP router stages: routing, ordering, timing."""
