@@ -427,12 +427,18 @@ def default_sketch(topology: Topology, collective: str | None = None,
         except InputError:
             relay = Relay("any")
             reasons.append(f"relay: any, carries any ({count} machines, but no rail links)")
-    if size < _MIB:
-        chunk_up, why = 1, "under 1M: latency-bound"
+    file_based = collective is not None and (collective.partition(":")[0] in ("alltoallv", "custom")
+                                              or collective.endswith(".json"))
+    if file_based:
+        chunk_up = 1
+        reasons.append("chunk_up: 1 (the collective's file fixes its chunks)")
     else:
-        chunk_up = 8 if ranks <= 32 else 4 if ranks <= 64 else 3
-        why = "pieces enough to pipeline, few enough to keep routing small"
-    reasons.append(f"chunk_up: {chunk_up} ({format_size(size)} over {ranks} ranks: {why})")
+        if size < _MIB:
+            chunk_up, why = 1, "under 1M: latency-bound"
+        else:
+            chunk_up = 8 if ranks <= 32 else 4 if ranks <= 64 else 3
+            why = "pieces enough to pipeline, few enough to keep routing small"
+        reasons.append(f"chunk_up: {chunk_up} ({format_size(size)} over {ranks} ranks: {why})")
     symmetry, why = None, None
     if collective is not None:
         from synth.collectives import FILE_KINDS, REGISTRY

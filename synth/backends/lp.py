@@ -229,8 +229,9 @@ def solve_lp(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_
 
 
 def solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_SECONDS,
-                      solver: str = "highs") -> tuple[float, np.ndarray] | None:
-    """Like ``solve_lp`` but returns (objective, x); ``solver`` is "highs" or "cbc" (through PuLP).
+                      solver: str = "highs", method: str | None = None) -> tuple[float, np.ndarray] | None:
+    """Like ``solve_lp`` but returns (objective, x); ``solver`` is "highs" or "cbc" (through PuLP);
+    ``method`` picks HiGHS's algorithm ("simplex", "ipm"; default: ipm for big LPs).
 
     >>> obj, x = solve_lp_solution([-1.0, -2.0], [1.0, 1.0], ([0, 0], [0, 1], [1.0, 1.0]), [-np.inf], [1.0])
     >>> round(obj, 6), [abs(round(float(v), 6)) for v in x]
@@ -266,7 +267,7 @@ def solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit: fl
     highs.setOptionValue("random_seed", 0)
     highs.setOptionValue("time_limit", float(time_limit))
     # interior point is far faster than simplex on the big, degenerate flow LPs
-    highs.setOptionValue("solver", "ipm" if len(cost) > 5000 else "simplex")
+    highs.setOptionValue("solver", method or ("ipm" if len(cost) > 5000 else "simplex"))
     highs.passModel(lp)
     highs.run()
     if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:

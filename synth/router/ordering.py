@@ -74,8 +74,16 @@ def order_sends(
     solver: str = "highs",
     progress: Callable[[int, int], None] | None = None,
     max_steps: int | None = None,
+    block: int = 1,
 ) -> Schedule:
-    """A verified one-round-per-step schedule for a non-combining collective."""
+    """A verified one-round-per-step schedule for a non-combining collective.
+
+    ``block`` > 1: a rank forwards only what it held when the current block of ``block`` steps
+    began, so every block can be merged into one step of ``block`` rounds by the timing stage
+    (alpha paid once per block instead of once per round).
+    """
+    if not isinstance(block, int) or block < 1:
+        raise InputError(f"block must be a positive integer, got {block!r}")
     if collective.combining:
         raise InputError("the ordering stage takes a non-combining collective (reduce by duality)")
     if not topology.rounds_apply:
@@ -87,6 +95,8 @@ def order_sends(
     while state.need.any():
         if len(steps) >= limit:
             raise RuntimeError(f"ordering did not finish in {limit} steps (a bug)")
+        if len(steps) % block == 0:
+            state.sendable = state.holds.copy()
         sends = state.finishing_sends(solver)
         if sends is None:
             sends = state.step_sends(len(steps), solver)
@@ -124,6 +134,8 @@ class _State:
     carry_mask: np.ndarray   # [link, chunk] bool
     used: np.ndarray         # [link] sends so far
     intra_peers: list[list[int]]  # per rank: its intra-machine destinations, in rotation order
+    sendable: np.ndarray | None = None  # [rank, chunk]: held when the current block began
+    _in_cap: np.ndarray | None = None
 
     @classmethod
     def start(cls, topo: Topology, coll: Collective, rules: OrderingRules) -> "_State":
@@ -197,10 +209,29 @@ class _State:
         return [Send(int(c), int(self.src[l]), int(self.dst[l])) for l, c in zip(links[take], chunks[take])]
 
     def _in_capacity(self) -> np.ndarray:
-        """[rank]: chunks a rank can receive in one round (links in, limited by their groups)."""
+        """[rank]: at most how many chunks a rank can receive in one round. Each in-link is
+        charged to one of its groups (the one holding most of the rank's in-links) or to
+        itself; a group passes at most its capacity, a link at most its own."""
+        if self._in_cap is not None:
+            return self._in_cap
         ranks = self.holds.shape[0]
         total = np.zeros(ranks)
-        np.add.at(total, self.dst, self.cap)
+        for b in range(ranks):
+            mine = np.nonzero(self.dst == b)[0]
+            share: dict[int, int] = {}
+            for i in mine:
+                for g in self.group_rows[i]:
+                    share[int(g)] = share.get(int(g), 0) + 1
+            charged: dict[int, float] = {}
+            for i in mine:
+                groups = [int(g) for g in self.group_rows[i]]
+                if not groups:
+                    total[b] += self.cap[i]
+                    continue
+                g = max(groups, key=lambda g: (share[g], -self.group_cap[g]))
+                charged[g] = charged.get(g, 0.0) + self.cap[i]
+            total[b] += sum(min(load, self.group_cap[g]) for g, load in charged.items())
+        self._in_cap = total
         return total
 
     def _candidates(self, index: int) -> np.ndarray:
@@ -211,7 +242,11 @@ class _State:
         if not (self.need | self.holds).all():  # some ranks never need some chunks: relays matter
             potential = self._potential()
             useful = useful | (potential[dst] < potential[src])
-        mask = self.holds[src] & lacking & useful & self.carry_mask
+            # a crossing into a machine where some rank needs the chunk is worth it even when the
+            # needer could be reached directly: its own NIC may be the bottleneck (skewed traffic)
+            useful = useful | (self.cross[:, None] & self._needed_in_machine()[self.machine[dst]])
+        held = self.holds if self.sendable is None else self.sendable
+        mask = held[src] & lacking & useful & self.carry_mask
         if self.rules.peers is not None:
             mask &= self._peer_mask(index)[:, None]
         return mask
@@ -268,10 +303,9 @@ class _State:
         rows, cols = [links], [np.arange(n)]
         offset = len(self.src)
         group_count = len(self.group_cap)
-        g_rows = [(self.group_rows[l] + offset, i) for i, l in enumerate(links) if len(self.group_rows[l])]
-        if g_rows:
-            rows.append(np.concatenate([g for g, _ in g_rows]))
-            cols.append(np.concatenate([np.full(len(g), i) for g, i in g_rows]))
+        group_index, position = _groups_of(links, self.group_rows)
+        rows.append(group_index + offset)
+        cols.append(position)
         offset += group_count
         write_key = self.dst[links] * self.holds.shape[1] + chunks
         unique, write_row = np.unique(write_key, return_inverse=True)
@@ -290,9 +324,17 @@ class _State:
         r = np.concatenate(rows)
         c = np.concatenate(cols)
         solution = solve_lp_solution(-weight, np.ones(n), (r, c, np.ones(len(r))),
-                                     np.full(row_count, -_INF), row_upper, solver=solver)
+                                     np.full(row_count, -_INF), row_upper, solver=solver, method="simplex")
         x = np.zeros(n) if solution is None else solution[1]
         return self._round(x, links, write_row, weight, entry, entry_row)
+
+    def _needed_in_machine(self) -> np.ndarray:
+        """[machine, chunk]: some rank of the machine still needs the chunk."""
+        machines = int(self.machine.max()) + 1
+        out = np.zeros((machines, self.holds.shape[1]), dtype=bool)
+        for m in range(machines):
+            out[m] = self.need[self.machine == m].any(axis=0)
+        return out
 
     def _in_machine(self) -> np.ndarray:
         """[machine, chunk]: some rank of the machine holds the chunk."""
@@ -304,16 +346,20 @@ class _State:
 
     def _round(self, x: np.ndarray, links: np.ndarray, write_row: np.ndarray, weight: np.ndarray,
                entry: np.ndarray, entry_row: np.ndarray) -> np.ndarray:
-        """Whole sends: take the LP's ones, then fill what rounding left, best weight first."""
-        link_left = self.cap.copy()
-        group_left = self.group_cap.copy()
-        written = np.zeros(write_row.max() + 1, dtype=bool)
-        entered = np.zeros(len(entry_row) and entry_row.max() + 1, dtype=bool)
+        """Whole sends: the LP's ones (together feasible: every limit is a whole number), then
+        what rounding left room for, best weight first."""
         entry_of = np.full(len(links), -1)
         entry_of[np.nonzero(entry)[0]] = entry_row
-        take = np.zeros(len(links), dtype=bool)
-        order = np.lexsort((-weight, -np.round(x, 6)))
-        for i in order:
+        take = x > 1 - 1e-6
+        link_left = self.cap - np.bincount(links[take], minlength=len(self.cap))
+        group_index, _ = _groups_of(links[take], self.group_rows)
+        group_left = self.group_cap - np.bincount(group_index, minlength=len(self.group_cap))
+        written = np.zeros(write_row.max() + 1, dtype=bool)
+        written[write_row[take]] = True
+        entered = np.zeros(len(entry_row) and entry_row.max() + 1, dtype=bool)
+        entered[entry_of[take & (entry_of >= 0)]] = True
+        open_ = ~take & ~written[write_row] & (link_left[links] >= 1)
+        for i in np.nonzero(open_)[0][np.lexsort((-weight[open_], -np.round(x[open_], 6)))]:
             l = links[i]
             g = self.group_rows[l]
             if written[write_row[i]] or link_left[l] < 1 or (len(g) and (group_left[g] < 1).any()):
@@ -335,6 +381,18 @@ class _State:
         index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(self.src, self.dst))}
         for s in sends:
             self.used[index[(s.src, s.dst)]] += 1
+
+
+def _groups_of(links: np.ndarray, group_rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(group index, position in ``links``) for every group of every listed link."""
+    sizes = np.array([len(group_rows[l]) for l in range(len(group_rows))], dtype=np.int64)
+    flat = np.concatenate(group_rows) if len(group_rows) and sizes.sum() else np.zeros(0, dtype=np.int64)
+    ptr = np.concatenate(([0], np.cumsum(sizes)))
+    counts = sizes[links]
+    position = np.repeat(np.arange(len(links)), counts)
+    starts = np.repeat(ptr[links], counts)
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return flat[starts + within].astype(np.int64), position
 
 
 def _prune(links: np.ndarray, weight: np.ndarray, room: np.ndarray) -> np.ndarray:
@@ -413,12 +471,12 @@ def finish_assignment(links, chunks, write_key, needed_key, cap, group_rows, gro
     for var, i in zip(x, index):
         if value(var) > 0.5:
             take[i] = True
-    loads = [np.count_nonzero(take[np.isin(links, [l])]) / cap[l] for l in by_link]
-    rounds = max(loads) if loads else 0.0
-    for g in by_group:
-        members = [l for l in by_link if g in group_rows[l]]
-        rounds = max(rounds, np.count_nonzero(take & np.isin(links, members)) / group_cap[g])
-    return take, float(rounds)
+    chosen = links[take]
+    rounds = float((np.bincount(chosen, minlength=len(cap)) / cap).max()) if len(chosen) else 0.0
+    group_index, _ = _groups_of(chosen, group_rows)
+    if len(group_index):
+        rounds = max(rounds, float((np.bincount(group_index, minlength=len(group_cap)) / group_cap).max()))
+    return take, rounds
 
 
 def _finish_relaxation(links, write_key, cap, group_rows, group_cap, solver: str) -> float:
@@ -431,12 +489,12 @@ def _finish_relaxation(links, write_key, cap, group_rows, group_cap, solver: str
     cols += [np.arange(n), np.full(len(link_ids), t_col)]
     vals += [np.ones(n), -cap[link_ids]]
     offset = len(link_ids)
-    group_of = [(g, i) for i, l in enumerate(links) for g in group_rows[l]]
-    if group_of:
-        g_ids, g_row = np.unique([g for g, _ in group_of], return_inverse=True)
+    group_index, position = _groups_of(links, group_rows)
+    if len(group_index):
+        g_ids, g_row = np.unique(group_index, return_inverse=True)
         rows += [g_row + offset, np.arange(len(g_ids)) + offset]
-        cols += [np.array([i for _, i in group_of]), np.full(len(g_ids), t_col)]
-        vals += [np.ones(len(group_of)), -group_cap[g_ids]]
+        cols += [position, np.full(len(g_ids), t_col)]
+        vals += [np.ones(len(group_index)), -group_cap[g_ids]]
         offset += len(g_ids)
     need_ids, need_row = np.unique(write_key, return_inverse=True)
     rows.append(need_row + offset)
