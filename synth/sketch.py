@@ -391,6 +391,8 @@ def switch_problem(topology: Topology) -> str | None:
 
 
 # ---------------------------------------------------------------------- the default sketch
+EXACT_RANKS = 16  # one machine this small also gets the exact time-expanded MILP (synth.router.exact)
+EXACT_CHUNKS = 6  # pieces per rank it tries at most by default (C = 6 closes in seconds on ndv2)
 def default_sketch(topology: Topology, collective: str | None = None,
                    size: int | None = None) -> tuple[Sketch, list[str]]:
     """The derived sketch for ``topology`` and the reasons, one short line per field.
@@ -432,6 +434,10 @@ def default_sketch(topology: Topology, collective: str | None = None,
     if file_based:
         chunk_up = 1
         reasons.append("chunk_up: 1 (the collective's file fixes its chunks)")
+    elif count == 1 and ranks <= EXACT_RANKS:
+        chunk_up = EXACT_CHUNKS
+        reasons.append(f"chunk_up: {chunk_up} (one machine of {ranks} ranks: the exact MILP stage tries "
+                       f"1..{chunk_up} pieces and keeps the fastest at the size)")
     else:
         if size < _MIB:
             chunk_up, why = 1, "under 1M: latency-bound"

@@ -21,7 +21,7 @@ routes on its own, and the result says so).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -34,6 +34,7 @@ from synth.cost import format_size, simulate_us, step_time_us
 from synth.errors import InputError
 from synth.reductions import compose, dual_collective, dual_schedule
 from synth.router.ordering import OrderingRules, order_sends
+from synth.router.exact import best_exact
 from synth.router.routing import RoutePlan, route
 from synth.router.timing import merge_steps
 from synth.schedule import Schedule
@@ -50,6 +51,7 @@ class StageTimes:
     routing: float
     ordering: float
     timing: float
+    exact: float = 0.0  # the time-expanded MILP on one small machine
 
 
 @dataclass(frozen=True)
@@ -91,12 +93,30 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
     else:
         joined, plan = _forward(topology, coll, sketch, options, say, clock, coll.name)
         plans = (plan,)
+    exact_line = None
+    if _exact_applies(topology, collective):
+        started = time.perf_counter()
+        found = best_exact(topology, collective, sketch.size, max_chunks=sketch.chunk_up,
+                           time_limit=options.time_limit or 60.0, solver=options.solver, root=root,
+                           progress=lambda line: None)
+        clock.exact += time.perf_counter() - started
+        exact_line = _exact_line(found, clock.exact)
+        if found.schedule is not None and found.time_us < step_time_us(joined, sketch.size) - 1e-9:
+            joined = Schedule(topology, coll if found.schedule.collective.chunks_per_rank == coll.chunks_per_rank
+                              else found.schedule.collective, found.schedule.steps, found.schedule.meta)
+            coll = joined.collective
+            plans = tuple(replace(p, status="single-machine") if p.status != "single-machine" else p for p in plans)
+            exact_line += ": kept (faster than the pipelined ordering)"
+        else:
+            exact_line += ": the pipelined ordering stays (faster or equal)"
     before = step_time_us(joined, sketch.size)
     started = time.perf_counter()
     timed = merge_steps(joined, sketch.size)
     clock.timing += time.perf_counter() - started
     took = step_time_us(timed, sketch.size)
     simulated = simulate_us(timed, sketch.size)
+    if exact_line is not None:
+        say(exact_line)
     say(f"timing: {len(joined.steps)} -> {len(timed.steps)} steps at {format_size(sketch.size)}: "
         f"{before:.1f} -> {took:.1f} us (event simulation {simulated:.1f} us), {clock.timing:.2f} s")
     problems = verify(timed)
@@ -111,14 +131,14 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         "sketch": sketch.to_dict(),
         "chunks_per_rank": coll.chunks_per_rank,
         "stage_seconds": {"routing": round(clock.routing, 3), "ordering": round(clock.ordering, 3),
-                          "timing": round(clock.timing, 3)},
+                          "timing": round(clock.timing, 3), "exact": round(clock.exact, 3)},
         "size": sketch.size,
         "time_us": round(took, 4),
         "bound_us": round(bound, 4),
         "percent_of_bound": round(100.0 * bound / took, 2) if took > 0 else 100.0,
     }
     schedule = Schedule(topology, coll, timed.steps, meta)
-    return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing),
+    return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact),
                         sketch.size, took, simulated, bound, plans)
 
 
@@ -127,6 +147,7 @@ class _Clock:
     routing: float = 0.0
     ordering: float = 0.0
     timing: float = 0.0
+    exact: float = 0.0
 
 
 def _collective(topology: Topology, spec: str, root: int | None, sketch: Sketch) -> Collective:
@@ -213,6 +234,27 @@ def _rules(topology: Topology, coll: Collective, sketch, plan: RoutePlan) -> Ord
             carries.append(None)
     planned = np.array(plan.copies, dtype=float) if plan.usable else None
     return OrderingRules(allowed, tuple(carries), peers=sketch.intra.peer_limit, planned=planned)
+
+
+def _exact_applies(topology: Topology, collective: str) -> bool:
+    """The exact time-expanded MILP joins in on one small machine, for named collectives."""
+    from synth.sketch import EXACT_RANKS
+
+    named = ":" not in collective and not collective.endswith(".json")
+    return named and topology.machine_count == 1 and topology.ranks <= EXACT_RANKS
+
+
+def _exact_line(found, seconds: float) -> str:
+    counts: dict[str, int] = {}
+    for attempt in found.attempts:
+        counts[attempt.status] = counts.get(attempt.status, 0) + 1
+    tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if found.schedule is None:
+        return f"exact (time-expanded MILP): no schedule ({tally}), {seconds:.2f} s"
+    meta = found.schedule.meta
+    best = (f"best C={found.schedule.collective.chunks_per_rank} with {len(found.schedule.steps)} steps, "
+            f"{found.time_us:.3f} us")
+    return f"exact (time-expanded MILP over C and S): {len(found.attempts)} instances ({tally}), {best}, {seconds:.2f} s"
 
 
 def _plan_line(label: str, plan: RoutePlan, options: MilpOptions) -> str:
