@@ -130,3 +130,19 @@ def test_bad_arguments_are_one_line_errors():
         exact_schedule(topology, coll, 2, SIZE, cuts=CUTS | {"magic"})
     with pytest.raises(InputError, match="allreduce"):
         exact_schedule(topology, make_collective("allreduce", 4), 2, SIZE)
+
+
+def test_exact_with_a_rotation_is_invariant_under_it():
+    from synth.library import resolve_topology
+    from synth.sketch import default_sketch
+    from synth.symmetry import chunk_permutation
+
+    topo = resolve_topology("ndv2")
+    perm = default_sketch(topo)[0].rank_rotation(topo)
+    coll = make_collective("allgather", 8, chunks=2)
+    result = exact_schedule(topo, coll, 3, 1 << 20, rotation=perm)
+    assert result.status == "solved" and verify(result.schedule) == []
+    image = chunk_permutation(coll, perm)
+    for step in result.schedule.steps:
+        sends = {(s.chunk, s.src, s.dst) for s in step.sends}
+        assert {(image[c], perm[a], perm[b]) for c, a, b in sends} == sends

@@ -1,30 +1,33 @@
 """Exact time-expanded MILP for small instances (one machine, <= 16 ranks, a few chunks).
 
 Given a topology, a non-combining collective, S steps and a size, find the k-synchronous
-schedule that minimises the step-model time (DESIGN.md) at that size. Variables:
-``send[c, l, k]`` (chunk c over link l in step k, binary), ``r[k]`` (rounds of step k, integer,
-0 = empty step) and ``used[k]`` (step k is non-empty, binary). Who holds what is not a
-variable: a rank receives each chunk at most once and never one it starts with (a second copy
-is useless, so this loses nothing), so ``has[c, r, k] = pre[c, r] + sum of sends of c into r
-before step k`` is a linear expression, the same thing as the has[c, r, k+1] <= has[c, r, k] +
-receipts variables with ``has`` monotone, with fewer columns. Constraints: a sender holds c at
-the step's start; every post rank ends up holding c; one write per (rank, chunk) in all (so
-per step); per link ``sum_c send <= capacity_l * r[k]``, per group likewise.
+schedule that minimises the step-model time (DESIGN.md) at that size. Variables: ``send[c, l,
+k]`` (chunk c over link l in step k, binary), ``used[k]`` (step k is non-empty, binary) and
+``q[k]`` (integer time quanta of step k; 0 = empty). Holdings are not variables: a rank receives
+each chunk at most once and never one it starts with (a second copy is useless, so no optimum
+is lost), so ``has[c, r, k] = pre[c, r] + sends of c into r before step k`` is a linear
+expression (the has-variable model with has monotone, minus its columns). Constraints: a sender
+holds c when the step starts; every post rank receives c; one write per (rank, chunk); per link
+``L * sum_c send <= ratio_l * q[k]``, per group likewise.
 
-Objective ``"rounds"`` (the default, the k-synchronous approximation): sum_k alpha_max *
-used[k] + r[k] * tau, with tau = chunk bytes / (smallest link bandwidth) the time of one round
-(with whole capacities a round lasts tau on every link and group) and alpha_max the largest
-link alpha. It is an upper bound on the true step-model time, which is computed afterwards
-with ``cost.step_time_us`` and reported. Objective ``"time"`` is the step model itself:
-a continuous t[k] >= alpha_l * (link l used in k) + n_l * b / bw_l and >= n_g * b / bw_g;
-rounds are then set afterwards to the least whole number that fits every step's loads.
+Objectives, with tau = chunk bytes / smallest link bandwidth (one round's time):
+- ``"rounds"`` (exact_schedule's default; the k-synchronous approximation): L = 1, ratio =
+  capacity, so q[k] = r[k] is the step's rounds; minimise sum alpha_max * used[k] + tau * r[k].
+  With whole capacities a round lasts tau on every link and group; alpha is the largest link
+  alpha. This is an upper bound on the step-model time, which is computed afterwards with
+  ``cost.step_time_us`` and reported (``ExactResult.time_us``).
+- ``"time"`` (best_exact's default): the step model itself. Without groups, with equal alphas
+  and every bandwidth a whole multiple of the smallest, a step lasts alpha + (tau / L) * q[k]
+  with L the lcm of the multiples (ndv2, dgx1: L = 2, half rounds), so the same integer model
+  is exact. Otherwise continuous t[k] >= alpha_l * (l used) + load_l * b / bw_l and
+  t[k] >= load_g * b / bw_g. A step's ``rounds`` are then the fewest that fit its loads.
 
-Valid cuts (none removes every optimal schedule): sends only from ranks within k hops of a
-holder, only into ranks that can still pass c to a rank that needs it in the steps left;
-empty steps come last; the global rounds bound ``sum r >= ceil(rounds_per_chunk * C)``; the
-S-step flow bound (``bounds_steps``) as ``sum r - sum used >= ceil(LP(S)) - S`` (pad an
-U-step schedule with S - U one-round steps); the objective is at least the time bound;
-interchangeable chunks (equal pre and post) are ordered by a weighted count of their sends.
+Pruning (always): a send only from a rank within k hops of a holder, only into a rank that can
+still pass c on to a rank that needs it in the steps left. Valid cuts (``CUTS``; the default
+set was measured, see ``DEFAULT_CUTS``): empty steps last; the first steps-bound steps used;
+``used[k] >= send``; the global rounds bound ``sum q >= ceil(L * rounds_per_chunk * C)``; the
+S-step flow LP of ``bounds_steps`` as ``sum q - sum used >= ceil(L * (LP(S) - S))`` (pad the
+schedule to S steps of >= 1 round); objective >= the time bound; interchangeable chunks sorted.
 
 Combining collectives run as duals (``synth.reductions``): reduce_scatter / reduce are the
 dual of allgather / broadcast on ``topology.reversed()``; allreduce (``best_exact`` only) is
@@ -57,11 +60,16 @@ from synth.cost import step_time_us
 from synth.errors import InputError
 from synth.reductions import compose, dual_collective, dual_schedule
 from synth.schedule import Schedule, Send, Step
+from synth.symmetry import chunk_permutation
 from synth.topology import Topology
 from synth.verify import verify
 
-CUTS = frozenset({"empty_last", "min_steps", "rounds_bound", "steps_lp", "time_bound", "order_chunks",
-                  "used_send"})
+# Valid cuts; DEFAULT_CUTS are those that paid on ndv2 allgather C=2..6, S=3..4 (HiGHS 1.16):
+# "time_bound" (objective >= the time bound) and "order_chunks" (interchangeable chunks sorted)
+# made the same instances 3x slower (HiGHS finds the chunk symmetry itself), so they are off.
+CUTS = frozenset({"empty_last", "min_steps", "rounds_bound", "steps_lp", "used_send", "time_bound",
+                  "order_chunks"})
+DEFAULT_CUTS = frozenset({"empty_last", "min_steps", "rounds_bound", "steps_lp", "used_send"})
 MAX_BINARIES = 20_000  # best_exact skips larger instances: HiGHS rarely closes them in minutes
 OBJECTIVES = ("rounds", "time")
 
@@ -82,7 +90,7 @@ class ExactResult:
 class Attempt:
     chunks: int
     steps: int
-    status: str  # solved / timeout / infeasible / skipped / pruned
+    status: str  # solved / timeout / infeasible / no better (below the cutoff) / skipped
     seconds: float
     time_us: float | None
 
@@ -98,9 +106,9 @@ class BestExact:
 
 
 # ---------------------------------------------------------------------------- solver seam
-def _solve(prob: pulp.LpProblem, time_limit: float, solver: str) -> MilpOutcome:
+def _solve(prob: pulp.LpProblem, options: MilpOptions) -> MilpOutcome:
     """The one place a solver runs: synth.backends.milp (proves optimality, gap 0, fixed seed)."""
-    return solve(prob, MilpOptions(solver=solver, time_limit=time_limit))
+    return solve(prob, options)
 
 
 # ---------------------------------------------------------------------------- the model
@@ -112,23 +120,31 @@ def exact_schedule(
     time_limit: float = 60,
     solver: str = "highs",
     objective: str = "rounds",
-    cuts: frozenset[str] = CUTS,
+    cuts: frozenset[str] = DEFAULT_CUTS,
     cutoff: float | None = None,
+    rotation: tuple[int, ...] | None = None,
 ) -> ExactResult:
     """The best S-step schedule at ``size_bytes`` (see the module docstring).
 
-    ``cuts``: which of the valid cuts of ``CUTS`` to add (all by default; for measurements).
+    ``rotation``: a rank permutation (a topology automorphism, e.g. a sketch's symmetry) the
+    schedule must be invariant under: each send's image under it is sent in the same step.
+
+    ``cuts``: which of the valid cuts of ``CUTS`` to add (``DEFAULT_CUTS`` unless measuring).
     ``cutoff``: only look for objective values below it ("infeasible" then proves none is).
     A time-limited run is "timeout" (with its incumbent, if any), never "infeasible".
     """
+    options = MilpOptions(solver=solver, time_limit=time_limit)  # checks both (InputError)
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r}; use {' or '.join(OBJECTIVES)}")
+    unknown = set(cuts) - CUTS
+    if unknown:
+        raise InputError(f"unknown cuts {sorted(unknown)}; known: {sorted(CUTS)}")
     collective.check_on(topology)
     if collective.combining:
         if not all(len(p) == 1 for p in collective.post):
             raise InputError(f"exact_schedule: {collective.name} has no single dual; use best_exact (allreduce)")
         result = exact_schedule(topology.reversed(), dual_collective(collective), steps, size_bytes,
-                                time_limit, solver, objective, cuts, cutoff)
+                                time_limit, solver, objective, cuts, cutoff, rotation)
         if result.schedule is None:
             return result
         back = dual_schedule(result.schedule)
@@ -136,10 +152,10 @@ def exact_schedule(
         _check(back)
         return ExactResult(result.status, back, result.objective, result.seconds,
                            step_time_us(back, size_bytes), result.binaries)
-    model = _Model(topology, collective, steps, size_bytes, objective, cuts, cutoff)
+    model = _Model(topology, collective, steps, size_bytes, objective, cuts, cutoff, rotation)
     if model.impossible:
         return ExactResult("infeasible", None, None, 0.0, None, 0)
-    outcome = _solve(model.prob, time_limit, solver)
+    outcome = _solve(model.prob, options)
     if outcome.status not in (MilpStatus.SOLVED, MilpStatus.INFEASIBLE, MilpStatus.TIMEOUT):
         raise RuntimeError(f"milp-exact on {topology.name} {collective.name} S={steps}: {outcome.message}")
     if not outcome.has_incumbent:
@@ -153,41 +169,41 @@ def exact_schedule(
 
 class _Model:
     def __init__(self, topo: Topology, coll: Collective, steps: int, size: float, objective: str,
-                 cuts: frozenset[str] = CUTS, cutoff: float | None = None) -> None:
+                 cuts: frozenset[str] = DEFAULT_CUTS, cutoff: float | None = None,
+                 rotation: tuple[int, ...] | None = None) -> None:
         self.topo, self.coll, self.S, self.size, self.objective = topo, coll, steps, size, objective
         if objective == "rounds" and not topo.rounds_apply:
             raise InputError(f"{topo.name}: capacities are not whole; use objective='time'")
         self.impossible = False
         self.binaries = 0
         self.quanta_per_round: int | None = None
-        dist = topo.hop_distances
-        links = topo.links
-        S = steps
         self.prob = pulp.LpProblem("exact", pulp.LpMinimize)
-        self.send: dict[tuple[int, int, int], pulp.LpVariable] = {}
-        for c, (pre, post) in enumerate(zip(coll.pre, coll.post)):
-            need = post - pre
-            if not need:
-                continue
-            near = [min(dist[h][r] for h in pre) for r in range(topo.ranks)]
-            if max(near[d] for d in need) > S:
-                self.impossible = True
-                return
-            for k in range(S):
-                for i, l in enumerate(links):
-                    if l.dst in pre or near[l.src] > k:
-                        continue
-                    if min(dist[l.dst][d] for d in need) > S - 1 - k:
-                        continue
-                    self.send[(c, i, k)] = self.prob.add_variable(f"x_{c}_{i}_{k}", cat="Binary")
-        self.binaries = len(self.send) + S
-        unknown = set(cuts) - CUTS
-        if unknown:
-            raise InputError(f"unknown cuts {sorted(unknown)}; known: {sorted(CUTS)}")
+        keys = _candidate_sends(topo, coll, steps)
+        if keys is None:
+            self.impossible = True
+            return
+        self.send = {(c, i, k): self.prob.add_variable(f"x_{c}_{i}_{k}", cat="Binary") for c, i, k in keys}
+        self.binaries = len(self.send) + steps
         self.cuts = frozenset(cuts)
         self._constraints()
+        if rotation is not None:
+            self._tie(rotation)
         if cutoff is not None:  # a margin well above HiGHS's feasibility tolerance (1e-7)
             self.prob += self.prob.objective <= cutoff * (1 - 1e-5), "cutoff"
+
+    def _tie(self, rotation: tuple[int, ...]) -> None:
+        """Invariance under ``rotation``: send (c, l, k) equals the send of its image."""
+        chunk_image = chunk_permutation(self.coll, rotation)
+        if chunk_image is None:
+            raise InputError(f"the symmetry does not map {self.coll.name}'s pre/post conditions onto themselves")
+        index = {link.key: i for i, link in enumerate(self.topo.links)}
+        for (c, i, k), var in self.send.items():
+            link = self.topo.links[i]
+            image = index.get((rotation[link.src], rotation[link.dst]))
+            if image is None:
+                raise InputError("the symmetry is not an automorphism of the topology's links")
+            twin = self.send.get((chunk_image[c], image, k))
+            self.prob += (var == twin) if twin is not None else (var == 0)
 
     def _constraints(self) -> None:
         topo, coll, S, prob = self.topo, self.coll, self.S, self.prob
@@ -213,7 +229,6 @@ class _Model:
             if src in coll.pre[c]:
                 continue
             prob += var <= pulp.lpSum(v for kk, v in into.get((c, src), []) if kk < k), f"hold_{c}_{i}_{k}"
-        b = self.size / coll.buffer_chunks
         self.used = [self.prob.add_variable(f"used_{k}", cat="Binary") for k in range(S)]
         cuts = self.cuts
         if "empty_last" in cuts:  # an empty step can be moved to the end
@@ -374,22 +389,30 @@ def _check(schedule: Schedule) -> None:
 
 
 # ---------------------------------------------------------------------------- search
-def count_binaries(topology: Topology, collective: Collective, steps: int) -> int:
-    """Binaries of the instance after the hop pruning, without building it (0: impossible)."""
-    if collective.combining:
-        topology, collective = topology.reversed(), dual_collective(collective)
-    dist = topology.hop_distances
-    total = steps
-    for pre, post in zip(collective.pre, collective.post):
+def _candidate_sends(topo: Topology, coll: Collective, steps: int) -> list[tuple[int, int, int]] | None:
+    """(chunk, link index, step) of every send the pruning keeps; None if some chunk cannot
+    reach a rank that needs it within ``steps`` hops."""
+    dist, out = topo.hop_distances, []
+    for c, (pre, post) in enumerate(zip(coll.pre, coll.post)):
         need = post - pre
         if not need:
             continue
-        near = [min(dist[h][r] for h in pre) for r in range(topology.ranks)]
-        reach = [min(dist[r][d] for d in need) for r in range(topology.ranks)]
-        for k in range(steps):
-            total += sum(1 for l in topology.links
-                         if l.dst not in pre and near[l.src] <= k and reach[l.dst] <= steps - 1 - k)
-    return total
+        near = [min(dist[h][r] for h in pre) for r in range(topo.ranks)]
+        if max(near[d] for d in need) > steps:
+            return None
+        reach = [min(dist[r][d] for d in need) for r in range(topo.ranks)]
+        out += [(c, i, k) for k in range(steps) for i, l in enumerate(topo.links)
+                if l.dst not in pre and near[l.src] <= k and reach[l.dst] <= steps - 1 - k]
+    return out
+
+
+def count_binaries(topology: Topology, collective: Collective, steps: int) -> int:
+    """Binaries of the instance (sends after pruning, plus one per step), without building it;
+    0 when it is impossible in ``steps`` steps."""
+    if collective.combining:
+        topology, collective = topology.reversed(), dual_collective(collective)
+    keys = _candidate_sends(topology, collective, steps)
+    return 0 if keys is None else len(keys) + steps
 
 
 def _stderr(line: str) -> None:
@@ -408,6 +431,7 @@ def best_exact(
     objective: str = "time",
     max_binaries: int = MAX_BINARIES,
     progress: Callable[[str], None] = _stderr,
+    rotation: tuple[int, ...] | None = None,
 ) -> BestExact:
     """The least step-model time at ``size_bytes`` over C = 1..max_chunks chunks per rank and
     S = steps bound .. max_steps (default: steps bound + 2).
@@ -424,7 +448,8 @@ def best_exact(
         attempts: list[Attempt] = []
         for chunks in range(1, max_chunks + 1):
             parts = [_search(topology, name, None, size_bytes, [chunks], max_steps, time_limit, solver,
-                             objective, max_binaries, progress, attempts) for name in ("reduce_scatter", "allgather")]
+                             objective, max_binaries, progress, attempts, rotation)
+                     for name in ("reduce_scatter", "allgather")]
             if any(p is None for p in parts):
                 continue
             whole = make_collective("allreduce", topology.ranks, chunks=chunks)
@@ -440,13 +465,13 @@ def best_exact(
     base = make_collective(collective_name, topology.ranks, root=root)
     attempts = []
     found = _search(topology, collective_name, root, size_bytes, [1] if fixed else range(1, max_chunks + 1),
-                    max_steps, time_limit, solver, objective, max_binaries, progress, attempts)
+                    max_steps, time_limit, solver, objective, max_binaries, progress, attempts, rotation)
     return BestExact(None if found is None else found[1], None if found is None else found[0],
                      lower_bounds(topology, base).time_us(size_bytes), tuple(attempts))
 
 
 def _search(topology, name, root, size_bytes, chunk_counts, max_steps, time_limit, solver, objective,
-            max_binaries, progress, attempts) -> tuple[float, Schedule] | None:
+            max_binaries, progress, attempts, rotation=None) -> tuple[float, Schedule] | None:
     best: tuple[float, Schedule] | None = None
     floor = lower_bounds(topology, make_collective(name, topology.ranks, root=root)).time_us(size_bytes)
     for chunks in chunk_counts:
@@ -462,7 +487,7 @@ def _search(topology, name, root, size_bytes, chunk_counts, max_steps, time_limi
                 continue
             cutoff = best[0] if best is not None and objective == "time" else None
             result = exact_schedule(topology, coll, steps, size_bytes, time_limit, solver, objective,
-                                    cutoff=cutoff)
+                                    cutoff=cutoff, rotation=rotation)
             status = "no better" if cutoff is not None and result.status == "infeasible" else result.status
             attempts.append(Attempt(chunks, steps, status, result.seconds, result.time_us))
             shown = "" if result.time_us is None else f", {result.time_us:.3f} us"

@@ -98,7 +98,7 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         started = time.perf_counter()
         found = best_exact(topology, collective, sketch.size, max_chunks=sketch.chunk_up,
                            time_limit=options.time_limit or 60.0, solver=options.solver, root=root,
-                           progress=lambda line: None)
+                           progress=lambda line: None, rotation=sketch.rank_rotation(topology))
         clock.exact += time.perf_counter() - started
         exact_line = _exact_line(found, clock.exact)
         if found.schedule is not None and found.time_us < step_time_us(joined, sketch.size) - 1e-9:
