@@ -39,8 +39,7 @@ def zipf_matrix(ranks: int, per_machine: int = 8) -> list[list[int]]:
 
 
 def _run(topo_name, coll, chunks, out):
-    from synth.baselines import registry
-    from synth.baselines.common import BaselineNotApplicable
+    from synth.baselines import fastest_baseline
     from synth.bounds import lower_bounds
     from synth.collectives import make_collective
     from synth.cost import step_time_us
@@ -59,18 +58,7 @@ def _run(topo_name, coll, chunks, out):
     seconds = time.perf_counter() - started
     bound = lower_bounds(topo, schedule.collective).time_us(SIZE)
     ours = step_time_us(schedule, SIZE)
-    best = None
-    base_name = coll.partition(":")[0]
-    for name, entry in registry().items():
-        if base_name not in entry.collectives:
-            continue
-        try:
-            base = entry.build(topo, coll, None, None)
-        except BaselineNotApplicable:
-            continue
-        took = step_time_us(base, SIZE)
-        if best is None or took < best[1]:
-            best = (name, took)
+    best = fastest_baseline(topo, coll, SIZE)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out.put((len(schedule.steps), seconds, ours, bound, best, peak))
 

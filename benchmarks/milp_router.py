@@ -42,9 +42,7 @@ def zipf_matrix(ranks: int, per_machine: int = 8) -> list[list[int]]:
 
 def _run(topo_name, coll, size, solver, out):
     from synth.backends.milp import MilpOptions
-    from synth.baselines import registry
-    from synth.baselines.common import BaselineNotApplicable
-    from synth.cost import step_time_us
+    from synth.baselines import fastest_baseline
     from synth.library import resolve_topology
     from synth.router.synthesize import synthesize
     from synth.sketch import default_sketch
@@ -58,18 +56,7 @@ def _run(topo_name, coll, size, solver, out):
     started = time.perf_counter()
     result = synthesize(topo, coll, sketch, MilpOptions(solver=solver, time_limit=120))
     total = time.perf_counter() - started
-    best = None
-    base_name = coll.partition(":")[0]
-    for name, entry in registry().items():
-        if base_name not in entry.collectives:
-            continue
-        try:
-            base = entry.build(topo, coll, None, None)
-        except BaselineNotApplicable:
-            continue
-        took = step_time_us(base, size)
-        if best is None or took < best[1]:
-            best = (name, took)
+    best = fastest_baseline(topo, coll, size)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out.put((result.stages, total, result.time_us, result.simulated_us, result.bound_us, best, result.status,
              len(result.schedule.steps), result.schedule.collective.chunks_per_rank, peak))

@@ -236,12 +236,7 @@ def cmd_solve(args) -> int:
         return _solve_greedy(args)
     if args.backend == "milp":
         return _solve_milp(args)
-    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
-                        ("--threads", args.threads)):
-        if given is not None:
-            raise InputError(f"{flag} applies to --backend milp")
-    if args.chunks is None:
-        args.chunks = 1
+    _reject_milp_options(args)
     from synth.strategies import solve_instance
 
     topo = _topology(args.topology)
@@ -257,6 +252,16 @@ def cmd_solve(args) -> int:
         return _report_unsolved(result, what)
     _write_or_print(result.schedule.to_dict(), args.output)
     return 0
+
+
+def _reject_milp_options(args) -> None:
+    """Options only the milp backend reads are errors elsewhere; chunks default to 1 there."""
+    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
+                        ("--threads", args.threads)):
+        if given is not None:
+            raise InputError(f"{flag} applies to --backend milp")
+    if args.chunks is None:
+        args.chunks = 1
 
 
 def _solve_milp(args) -> int:
@@ -310,12 +315,7 @@ def _solve_greedy(args) -> int:
 
     if args.steps is not None or args.rounds is not None:
         raise InputError("--backend greedy chooses its own steps and rounds; drop --steps/--rounds")
-    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
-                        ("--threads", args.threads)):
-        if given is not None:
-            raise InputError(f"{flag} applies to --backend milp")
-    if args.chunks is None:
-        args.chunks = 1
+    _reject_milp_options(args)
     if args.chunks < 1:
         raise InputError("--chunks must be >= 1")
     topo = _topology(args.topology)

@@ -203,3 +203,21 @@ def test_phases_to_steps_held_gives_a_tree_on_a_star():
     received = [(s.dst, s.chunk) for sub in steps for s in sub]
     assert len(received) == len(set(received))
     assert not any((r, c) in holders(coll) for r, c in received)
+
+
+def test_fastest_baseline_is_the_minimum_over_applicable_ones():
+    from synth.baselines import fastest_baseline, registry
+    from synth.baselines.common import BaselineNotApplicable
+    from synth.cost import step_time_us
+    from synth.library import resolve_topology
+
+    topo = resolve_topology("dgx1")
+    name, took = fastest_baseline(topo, "allgather", 1 << 20)
+    times = []
+    for entry in registry().values():
+        if "allgather" in entry.collectives:
+            try:
+                times.append(step_time_us(entry.build(topo, "allgather", None, None), 1 << 20))
+            except BaselineNotApplicable:
+                pass
+    assert took == min(times) and name in registry()

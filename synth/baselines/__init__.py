@@ -19,7 +19,7 @@ from synth.errors import InputError
 from synth.schedule import Schedule
 from synth.topology import Topology
 
-__all__ = ["Baseline", "BaselineNotApplicable", "registry", "build_baseline", "applicable"]
+__all__ = ["Baseline", "BaselineNotApplicable", "registry", "build_baseline", "applicable", "fastest_baseline"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,21 @@ def applicable(topology: Topology, collective: str, root: int | None = None) -> 
         except InputError as exc:
             out[name] = str(exc)
     return out
+
+
+def fastest_baseline(topology: Topology, collective: str, size_bytes: float,
+                     root: int | None = None) -> tuple[str, float] | None:
+    """(name, step-model time in us at ``size_bytes``) of the fastest applicable baseline, or None."""
+    from synth.cost import step_time_us
+
+    best: tuple[str, float] | None = None
+    for name, entry in sorted(registry().items()):
+        if collective.partition(":")[0] not in entry.collectives:
+            continue
+        try:
+            took = step_time_us(entry.build(topology, collective, root, None), size_bytes)
+        except BaselineNotApplicable:
+            continue
+        if best is None or took < best[1]:
+            best = (name, took)
+    return best
