@@ -1,0 +1,128 @@
+"""Program IR: what a runtime executes, per rank -> thread blocks -> ordered ops.
+
+The IR models MSCCL's execution model exactly (see shared/reference/msccl-format.md), so that
+an MSCCL XML file and a ``synth.program`` JSON file map onto it one to one:
+
+- a ``Program`` is one algorithm for one collective, world size and protocol; the collective's
+  buffer of T elements is cut into ``chunks_per_loop`` equal chunks;
+- each ``RankProgram`` has input, output and scratch buffers sized in chunks and a tuple of
+  ``Threadblock`` s; a thread block owns at most one send peer and one receive peer on one
+  channel, and runs its ops strictly in order;
+- an ``Op`` is one MSCCL step: ``type`` (``OP_TYPES``), a source and a destination location
+  (buffer letter and chunk offset; -1 = unused), ``count`` consecutive chunks, at most one
+  dependency on an op of another thread block of the same rank (``dep_tb``, ``dep_op``: the
+  op's position), and ``has_dep`` (the op publishes its block's progress flag when done).
+  Extra dependencies are ``nop`` ops placed right before the op, as in MSCCL.
+
+Op types (MSCCL spelling): ``s`` send, ``r`` recv, ``rcs`` recv-copy-send, ``rrs``
+recv-reduce-send, ``rrc`` recv-reduce-copy, ``rrcs`` recv-reduce-copy-send, ``cpy`` local copy,
+``re`` local reduce, ``nop``. For receive-with-reduce ops the local operand is ``src``.
+
+>>> op = Op("s", "i", 0, "o", 0, 1)
+>>> tb = Threadblock(0, send=1, recv=-1, channel=0, ops=(op,))
+>>> tb.ops[0].sends, tb.ops[0].receives
+(True, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+BUFFERS = ("i", "o", "s")
+OP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
+SENDING = frozenset({"s", "rcs", "rrs", "rrcs"})
+RECEIVING = frozenset({"r", "rcs", "rrs", "rrc", "rrcs"})
+REDUCING = frozenset({"rrs", "rrc", "rrcs", "re"})
+READS_SRC = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})  # local source location used
+WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})  # local destination written
+PROTOCOLS = ("Simple", "LL", "LL128")
+OP_NAMES = {
+    "s": "send", "r": "recv", "rcs": "recv-copy-send", "rrs": "recv-reduce-send",
+    "rrc": "recv-reduce-copy", "rrcs": "recv-reduce-copy-send", "cpy": "copy", "re": "reduce",
+    "nop": "nop",
+}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One step of a thread block (an MSCCL ``<step>``); ``s`` is its position in the block."""
+
+    type: str
+    src_buf: str
+    src_off: int
+    dst_buf: str
+    dst_off: int
+    count: int
+    dep_tb: int = -1
+    dep_op: int = -1
+    has_dep: bool = False
+
+    @property
+    def sends(self) -> bool:
+        return self.type in SENDING
+
+    @property
+    def receives(self) -> bool:
+        return self.type in RECEIVING
+
+    @property
+    def reduces(self) -> bool:
+        return self.type in REDUCING
+
+    @property
+    def dependency(self) -> tuple[int, int] | None:
+        return None if self.dep_tb < 0 else (self.dep_tb, self.dep_op)
+
+
+@dataclass(frozen=True)
+class Threadblock:
+    """A thread block: send peer, receive peer (-1 = none), channel, ops in program order."""
+
+    id: int
+    send: int
+    recv: int
+    channel: int
+    ops: tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class RankProgram:
+    """One rank's buffers (in chunks) and thread blocks (ids 0..k-1 in order)."""
+
+    rank: int
+    input_chunks: int
+    output_chunks: int
+    scratch_chunks: int
+    threadblocks: tuple[Threadblock, ...]
+
+    def buffer_chunks(self, letter: str) -> int:
+        return {"i": self.input_chunks, "o": self.output_chunks, "s": self.scratch_chunks}[letter]
+
+
+@dataclass(frozen=True)
+class Program:
+    """An algorithm a runtime executes. ``collective`` uses synth's names (``reduce_scatter``);
+    exporters spell it per runtime. ``max_bytes`` None = no upper bound."""
+
+    name: str
+    collective: str
+    ranks: int
+    protocol: str
+    chunks_per_loop: int
+    inplace: bool
+    outofplace: bool
+    channels: int
+    gpus: tuple[RankProgram, ...]
+    min_bytes: int = 0
+    max_bytes: int | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def threadblocks_per_rank(self) -> int:
+        """The SM footprint: most thread blocks on any rank."""
+        return max((len(g.threadblocks) for g in self.gpus), default=0)
+
+    @property
+    def max_ops_per_threadblock(self) -> int:
+        return max((len(tb.ops) for g in self.gpus for tb in g.threadblocks), default=0)
