@@ -1,0 +1,1 @@
+"""MSCCL XML: runtime profiles, reading (importer), load rules and writing (exporter)."""
