@@ -1,11 +1,14 @@
 """Load and save the on-disk formats; schedules are verified on load.
 
 Writes are atomic (temp file in the same folder, then rename) so that a failure never leaves a
-half-written file behind.
+half-written file behind. A path ending in ``.gz`` is read and written gzip-compressed (big
+schedules: a 128-GPU allgather is 7 MB of JSON, 0.4 MB compressed); the compression is
+deterministic (no timestamp), so committed files only change when their content does.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -21,7 +24,13 @@ def read_json(path: str | Path) -> Any:
     """Parse a JSON file; any failure is one InputError line naming the file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                text = handle.read()
+        else:
+            text = path.read_text(encoding="utf-8")
+    except (gzip.BadGzipFile, EOFError):
+        raise InputError(f"{path}: not a gzip file (the name ends in .gz)") from None
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -48,8 +57,12 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise InputError(f"{path}: folder {folder} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        if path.suffix == ".gz":
+            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0) as handle:
+                handle.write(text.encode("utf-8"))
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -57,3 +57,29 @@ def test_round_trip_and_atomic_write(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         write_text_atomic(tmp_path / "nope" / "x.json", "{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.json"]
+
+
+def test_gzip_schedule_round_trip_is_deterministic(tmp_path):
+    from synth.baselines import build_baseline
+    from synth.generators import ring
+    from synth.io import load_schedule, save_schedule
+
+    schedule = build_baseline(ring(4), "ring", "allgather")
+    first, second = tmp_path / "a.schedule.json.gz", tmp_path / "b.schedule.json.gz"
+    save_schedule(first, schedule)
+    save_schedule(second, schedule)
+    assert first.read_bytes() == second.read_bytes()  # no timestamp in the gzip header
+    assert first.read_bytes()[:2] == b"\x1f\x8b"
+    assert load_schedule(first).steps == schedule.steps
+
+
+def test_gzip_name_on_plain_text_is_one_clear_error(tmp_path):
+    import pytest
+
+    from synth.errors import InputError
+    from synth.io import read_json
+
+    path = tmp_path / "x.json.gz"
+    path.write_text("{}")
+    with pytest.raises(InputError, match="not a gzip file"):
+        read_json(path)

@@ -1,0 +1,1 @@
+"""Pareto-frontier reports: candidates -> evaluation over sizes -> tables, plots, selection."""

@@ -1,0 +1,121 @@
+"""The schedules a report compares: synthesized (SMT frontier or MILP router), baselines, files.
+
+Each candidate carries a stable file name so the report can name it and ``synth cost`` can
+reproduce its numbers. One machine of at most ``SMT_RANKS`` ranks gets the SMT Pareto frontier;
+bigger or multi-machine topologies get the MILP router at ``ROUTER_SIZES`` (each size its own
+derived sketch: chunking and block length depend on it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from synth.baselines import registry
+from synth.baselines.common import BaselineNotApplicable
+from synth.cost import format_size
+from synth.errors import InputError
+from synth.io import load_schedule, read_json, schedule_file_name
+from synth.schedule import Schedule
+from synth.topology import Topology
+
+SMT_RANKS = 16
+ROUTER_SIZES = (1 << 20, 1 << 30)
+BIG_FILE_RANKS = 32  # schedules of topologies this big are stored gzip-compressed
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A schedule in the report: ``kind`` is smt, milp, baseline or file."""
+
+    label: str
+    kind: str
+    schedule: Schedule
+    file_name: str
+    solve_seconds: float | None = None
+    steps: int | None = None
+    rounds: int | None = None
+    chunks: int | None = None
+
+    @property
+    def synthesized(self) -> bool:
+        return self.kind != "baseline"
+
+
+def synthesized(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
+    """SMT frontier points on one small machine, else MILP router results at ROUTER_SIZES."""
+    if topology.machine_count == 1 and topology.ranks <= SMT_RANKS:
+        return _smt(topology, collective, time_limit, say)
+    return _milp(topology, collective, time_limit, say)
+
+
+def _smt(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
+    from synth.strategies import pareto
+
+    frontier = pareto(topology, collective, time_limit=time_limit, progress=say)
+    out = []
+    for point in frontier.points:
+        name = schedule_file_name(collective, topology.name, point.steps, point.rounds, point.chunks)
+        out.append(Candidate(f"smt S={point.steps} R={point.rounds} C={point.chunks}", "smt", point.schedule,
+                             name, point.solve_seconds, point.steps, point.rounds, point.chunks))
+    return out
+
+
+def _milp(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
+    from synth.backends.milp import MilpOptions
+    from synth.router.synthesize import synthesize
+    from synth.sketch import default_sketch
+
+    out: list[Candidate] = []
+    for size in ROUTER_SIZES:
+        sketch, _ = default_sketch(topology, collective, size)
+        result = synthesize(topology, collective, sketch, MilpOptions(time_limit=time_limit), progress=say)
+        schedule = result.schedule
+        if any(c.schedule.steps == schedule.steps for c in out):
+            continue  # the same schedule wins at both sizes
+        seconds = sum(schedule.meta.get("stage_seconds", {}).values())
+        chunks = schedule.collective.chunks_per_rank
+        out.append(Candidate(f"milp @{format_size(size)} C={chunks}", "milp", schedule,
+                             _file(collective, topology, f"milp-{format_size(size)}"), seconds,
+                             len(schedule.steps), schedule.total_rounds, chunks))
+    return out
+
+
+def baselines(topology: Topology, collective: str) -> list[Candidate]:
+    """Every applicable baseline, by name."""
+    out = []
+    for name, entry in sorted(registry().items()):
+        if collective.partition(":")[0] not in entry.collectives:
+            continue
+        try:
+            schedule = entry.build(topology, collective, None, None)
+        except BaselineNotApplicable:
+            continue
+        out.append(Candidate(name, "baseline", schedule, _file(collective, topology, name), None,
+                             len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank))
+    return out
+
+
+def from_frontier_dir(folder: str | Path, topology: Topology, collective: str) -> list[Candidate]:
+    """Candidates from a ``synth pareto -o DIR`` folder (its frontier.json and schedule files)."""
+    folder = Path(folder)
+    doc = read_json(folder / "frontier.json")
+    if doc.get("collective") != collective or doc.get("topology") != topology.name:
+        raise InputError(f"{folder}/frontier.json is for {doc.get('collective')} on {doc.get('topology')}, "
+                         f"not {collective} on {topology.name}")
+    out = []
+    for point in doc.get("points", []):
+        schedule = load_schedule(folder / point["schedule"])
+        out.append(Candidate(f"smt S={point['steps']} R={point['rounds']} C={point['chunks']}", "smt", schedule,
+                             point["schedule"], point.get("solve_seconds"), point["steps"], point["rounds"],
+                             point["chunks"]))
+    return out
+
+
+def _file(collective: str, topology: Topology, what: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in topology.name)
+    gz = ".gz" if topology.ranks >= BIG_FILE_RANKS else ""
+    return f"{collective}.{safe}.{what}.schedule.json{gz}"

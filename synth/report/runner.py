@@ -1,0 +1,128 @@
+"""One report (``synth report TOPO COLL``) and the committed set (``synth report --all``).
+
+>>> [f"{t} {c}" for t, c in ALL_REPORTS][:2]
+['dgx1 allgather', 'dgx1 reduce_scatter']
+"""
+
+from __future__ import annotations
+
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable
+
+from synth.bounds import lower_bounds
+from synth.collectives import make_collective
+from synth.cost import format_size
+from synth.errors import InputError
+from synth.io import dumps, save_schedule, write_text_atomic
+from synth.library import resolve_topology
+from synth.report import candidates as cand
+from synth.report.evaluate import bound_rows, evaluate, size_grid, winners
+from synth.report.plots import plot
+from synth.report.render import csv_text, json_doc, markdown, selection_doc
+
+DEFAULT_SIZES = "1K..4G"
+ALL_REPORTS = (
+    ("dgx1", "allgather"), ("dgx1", "reduce_scatter"), ("dgx1", "allreduce"), ("dgx1", "alltoall"),
+    ("dgx1", "broadcast"),
+    ("ndv2x2", "allgather"), ("ndv2x2", "allreduce"), ("ndv2x2", "alltoall"),
+    ("dgx2x2", "allgather"), ("dgx2x2", "allreduce"), ("dgx2x2", "alltoall"),
+    ("h100x16", "allgather"), ("h100x16", "allreduce"),
+)
+Say = Callable[[str], None]
+
+
+def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT_SIZES,
+           from_dir: str | None = None, time_limit: float = 120.0, say: Say | None = None) -> dict:
+    """Synthesize (or read), add baselines and bounds, evaluate and write the report folder."""
+    say = say or (lambda line: None)
+    topo = resolve_topology(topology)
+    make_collective(collective, topo.ranks).check_on(topo)
+    grid = size_grid(sizes)
+    folder = Path(out)
+    try:
+        (folder / "schedules").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
+    found = (cand.from_frontier_dir(from_dir, topo, collective) if from_dir
+             else cand.synthesized(topo, collective, time_limit, say))
+    candidates = found + cand.baselines(topo, collective)
+    say(f"{topo.name} {collective}: {len(found)} synthesized, {len(candidates) - len(found)} baselines; "
+        f"evaluating over {len(grid)} sizes")
+    for c in candidates:
+        save_schedule(folder / "schedules" / c.file_name, c.schedule)
+    evaluations = evaluate(topo, candidates, grid)
+    picks = winners(evaluations, grid)
+    b = lower_bounds(topo, make_collective(collective, topo.ranks))
+    bounds = {"steps": b.steps, "rounds_per_chunk": None if b.rounds_per_chunk is None else str(Fraction(b.rounds_per_chunk)),
+              "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps}
+    bound = bound_rows(topo, collective, grid)
+    write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid))
+    write_text_atomic(folder / "report.csv", csv_text(evaluations))
+    doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound)
+    write_text_atomic(folder / "report.json", dumps(doc))
+    write_text_atomic(folder / "selection.json", dumps(selection_doc(topo.name, collective, picks)))
+    plot(evaluations, bound, f"{collective} on {topo.name} ({topo.ranks} GPUs)", folder)
+    return doc
+
+
+def report_all(root: str | Path = "results", force: bool = False, time_limit: float = 120.0,
+               say: Say | None = None) -> Path:
+    """Every report of ALL_REPORTS under ``root``; finished ones are kept unless ``force``
+    (so an interrupted run resumes), then ``root/README.md`` indexes them."""
+    from tqdm import tqdm
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(ALL_REPORTS, desc="reports", unit="report", file=sys.stderr)
+    for topology, collective in bar:
+        bar.set_postfix_str(f"{topology} {collective}")
+        folder = root / topology / collective
+        if not force and (folder / "report.json").exists():
+            continue
+        report(topology, collective, folder, time_limit=time_limit, say=lambda line: bar.write(line, file=sys.stderr))
+    write_text_atomic(root / "README.md", index(root))
+    return root / "README.md"
+
+
+def index(root: Path) -> str:
+    """results/README.md: one row per report, with the winner at 1 KB, 1 MB and 1 GB."""
+    import json
+
+    lines = ["# Results", "",
+             "Regenerate with `synth report --all` (resumes: finished reports are kept; `--force` redoes them).",
+             "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, selection.json",
+             "and schedules/ (every schedule named in the report; `synth cost` reproduces its numbers).", "",
+             "| topology | collective | fastest @1K | fastest @1M | fastest @1G | synthesized vs best baseline @1G |",
+             "|---|---|---|---|---|---|"]
+    for topology, collective in ALL_REPORTS:
+        path = root / topology / collective / "report.json"
+        if not path.exists():
+            continue
+        doc = json.loads(path.read_text())
+        cells = [_fastest_at(doc, size) for size in (1 << 10, 1 << 20, 1 << 30)]
+        lines.append(f"| {topology} | [{collective}]({topology}/{collective}/report.md) | " + " | ".join(cells)
+                     + f" | {_versus(doc, 1 << 30)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _time(entry: dict, size: int) -> float | None:
+    for row in entry["rows"]:
+        if row["size"] == size:
+            return row["step_time_us"]
+    return None
+
+
+def _fastest_at(doc: dict, size: int) -> str:
+    times = [(t, e["label"]) for e in doc["schedules"] if (t := _time(e, size)) is not None]
+    return "-" if not times else min(times)[1]
+
+
+def _versus(doc: dict, size: int) -> str:
+    synth = [t for e in doc["schedules"] if e["kind"] != "baseline" and (t := _time(e, size)) is not None]
+    base = [(t, e["label"]) for e in doc["schedules"] if e["kind"] == "baseline" and (t := _time(e, size)) is not None]
+    if not synth or not base:
+        return "-"
+    best_base = min(base)
+    return f"{best_base[0] / min(synth):.2f}x vs {best_base[1]}"
