@@ -41,6 +41,7 @@ def cmd_report(args) -> int:
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say)
     for w in doc["fastest"]:
         print(f"{w['min_bytes']}..{'' if w['max_bytes'] is None else w['max_bytes']}: {w['label']}"
-              + ("" if w["speedup"] is None else f" ({w['speedup']:.2f}x the best baseline, {w['best_baseline']})"))
+              + ("" if w["speedup"] is None else
+                 f" ({w['speedup']:.2f}x-{w['speedup_max']:.2f}x the best baseline: {w['best_baseline']})"))
     print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, selection.json", file=sys.stderr)
     return 0

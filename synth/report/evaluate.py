@@ -40,7 +40,8 @@ class Winner:
     file_name: str
     synthesized: bool
     best_baseline: str | None
-    speedup: float | None  # best baseline's time / winner's time at min_bytes (1.0 = a baseline wins)
+    speedup: float | None  # best baseline's time / winner's time, least over the range's grid sizes
+    speedup_max: float | None = None  # and most
 
 
 def size_grid(text: str) -> list[int]:
@@ -95,10 +96,12 @@ def winners(evaluations: list[Evaluation], sizes: list[int]) -> list[Winner]:
     for i in range(1, len(picks) + 1):
         if i < len(picks) and picks[i][1] is picks[start][1]:
             continue
-        size, best, best_base, speed = picks[start]
+        size, best, best_base, _ = picks[start]
         upper = picks[i][0] - 1 if i < len(picks) else None
+        speeds = [p[3] for p in picks[start:i] if p[3] is not None]
+        bases = sorted({p[2].candidate.label for p in picks[start:i] if p[2] is not None})
         out.append(Winner(0 if start == 0 else size, upper, best.candidate.label, best.candidate.file_name,
-                          best.candidate.synthesized, None if best_base is None else best_base.candidate.label,
-                          speed))
+                          best.candidate.synthesized, ", ".join(bases) or None,
+                          min(speeds) if speeds else None, max(speeds) if speeds else None))
         start = i
     return out

@@ -40,9 +40,11 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
               "| sizes | fastest | best baseline there | speedup over it |", "|---|---|---|---|"]
     for w in picks:
         span = f"{format_size(w.min_bytes)}..{'' if w.max_bytes is None else format_size(w.max_bytes + 1)}"
-        speed = "-" if w.speedup is None else f"{w.speedup:.2f}x"
+        speed = "-" if w.speedup is None else (f"{w.speedup:.2f}x" if abs(w.speedup_max - w.speedup) < 0.005
+                                                else f"{w.speedup:.2f}x-{w.speedup_max:.2f}x")
         lines.append(f"| {span} | {w.label} | {w.best_baseline or '-'} | {speed} |")
-    lines += ["", "Ranges are [low, high) in bytes; the speedup is measured at the range's first grid size.",
+    lines += ["", "Ranges are [low, high) in bytes; the speedup is the fastest baseline's time over the fastest "
+              "schedule's, least to most over the range's grid sizes (1.00x: a baseline is the fastest).",
               "", "Reproduce any number: `synth cost schedules/FILE --sizes 1K,1M,1G`; the whole report: "
               f"`synth report {topology_name} {collective}`.", ""]
     return "\n".join(lines)
@@ -90,4 +92,4 @@ def selection_doc(topology_name: str, collective: str, picks: list[Winner]) -> d
 def _winner(w: Winner) -> dict[str, Any]:
     return {"min_bytes": w.min_bytes, "max_bytes": w.max_bytes, "label": w.label,
             "file": f"schedules/{w.file_name}", "synthesized": w.synthesized,
-            "best_baseline": w.best_baseline, "speedup": w.speedup}
+            "best_baseline": w.best_baseline, "speedup": w.speedup, "speedup_max": w.speedup_max}
