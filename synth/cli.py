@@ -438,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_solve)
 
+    from synth.cli_check import add_check_parser
     from synth.cli_export import add_export_parser
     from synth.cli_report import add_report_parser
     from synth.cli_sketch import add_sketch_parser
@@ -445,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sketch_parser(sub)
     add_report_parser(sub)
     add_export_parser(sub)
+    add_check_parser(sub)
 
     p = sub.add_parser("least-steps", help="fewest steps with rounds = steps + extra rounds")
     _add_problem(p)
