@@ -28,7 +28,7 @@
   against the composition's 6). ``Bounds.proven`` then holds the proven bound: the direct
   relaxation (every contribution to every rank, one shared link use per chunk) and cuts.
   Use ``proven`` to prune searches; report the conventional figure beside nccl-tests.
-- ``time_us(S)`` = max(steps x alpha_min + T_links(S), T_bw(S)), with T_links the bound from
+- ``time_us(S)`` = max(steps x alpha_min + T_links(S), T_bw(S), latency floor), with T_links the bound from
   links alone: a step costs at least alpha_min plus its heaviest link, but a group term
   carries no alpha, so alpha is only added to the link-only bound.
 
@@ -83,11 +83,14 @@ class Bounds:
     method: str = ""
     proven: Bounds | None = None  # set when this bound is a convention (allreduce)
 
+    latency_floor: float = 0.0  # us: the alpha-cheapest path the farthest demand must take
+
     def time_us(self, size_bytes: float) -> float:
         """No schedule in the step model takes less time at this size."""
         return max(
             self.steps * self.alpha_min + self.link_time_per_byte * size_bytes,
             self.bandwidth_time_per_byte * size_bytes,
+            self.latency_floor,
         )
 
     @property
@@ -152,6 +155,7 @@ def _bounds(topo: Topology, coll: Collective, steps: int, limit: _Limit, proven:
         rounds_per_chunk=rounds,
         bandwidth_time_per_byte=limit.full * scale,
         alpha_min=min((l.alpha for l in topo.links), default=0.0),
+        latency_floor=latency_floor(topo, coll),
         busbw_factor=coll.busbw_factor,
         link_time_per_byte=limit.links * scale,
         binding=limit.binding,
@@ -159,6 +163,54 @@ def _bounds(topo: Topology, coll: Collective, steps: int, limit: _Limit, proven:
         method=limit.method,
         proven=proven,
     )
+
+
+def latency_floor(topology: Topology, collective: Collective) -> float:
+    """The least total alpha on the path of the farthest demand (us).
+
+    Every hop of a chunk (or of a contribution on its way to a reduction) happens in its own
+    step, and a step lasts at least the alpha of each link it uses, so a schedule lasts at least
+    the alpha-cheapest path from a holder to each rank that needs the chunk (combining: from every
+    contributor). On dgx2x2 a chunk of the other machine crosses a 2.6 us NIC link, while
+    ``steps x alpha_min`` only knows the 0.35 us NVSwitch alpha.
+
+    >>> from synth.generators import ring
+    >>> from synth.collectives import allgather
+    >>> latency_floor(ring(4), allgather(4)) == 2 * ring(4).links[0].alpha
+    True
+    """
+    dist = _alpha_distances(topology)
+    best = 0.0
+    for pre, post in set(zip(collective.pre, collective.post)):
+        holders = sorted(pre)
+        if collective.combining:
+            targets = sorted(post)
+            if targets and holders:
+                best = max(best, float(dist[np.ix_(holders, targets)].max()))
+        elif post - pre:
+            best = max(best, float(dist[np.ix_(holders, sorted(post - pre))].min(axis=0).max()))
+    return best if math.isfinite(best) else 0.0
+
+
+def _alpha_distances(topology: Topology) -> np.ndarray:
+    """[src, dst]: least sum of link alphas over paths (Dijkstra from every rank)."""
+    import heapq
+
+    out = np.full((topology.ranks, topology.ranks), math.inf)
+    for start in range(topology.ranks):
+        row = out[start]
+        row[start] = 0.0
+        heap = [(0.0, start)]
+        while heap:
+            d, node = heapq.heappop(heap)
+            if d > row[node]:
+                continue
+            for link in topology.out_links[node]:
+                nd = d + link.alpha
+                if nd < row[link.dst]:
+                    row[link.dst] = nd
+                    heapq.heappush(heap, (nd, link.dst))
+    return out
 
 
 def steps_bound(topology: Topology, collective: Collective) -> int:

@@ -290,3 +290,28 @@ def test_ranks_sharing_a_nic_need_their_receptions_counted_together():
     # per pair: 2 x 31 receptions over 2 x 125 GB/s of switch ports + one 12.5 GB/s NIC
     assert bounds.algbw_gbps == pytest.approx(32 * 262.5 / 62, rel=1e-6)
     assert "receptions" in bounds.binding
+
+
+def test_latency_floor_counts_the_nic_alpha_every_crossing_pays():
+    from synth.baselines import registry
+    from synth.baselines.common import BaselineNotApplicable
+    from synth.bounds import latency_floor
+    from synth.collectives import make_collective
+    from synth.cost import step_time_us
+    from synth.library import resolve_topology
+
+    topo = resolve_topology("dgx2x2")
+    coll = make_collective("allgather", topo.ranks)
+    nic_alpha = max(l.alpha for l in topo.links)
+    assert latency_floor(topo, coll) == nic_alpha  # one NIC hop, more than steps x alpha_min
+    bounds = lower_bounds(topo, coll)
+    assert bounds.time_us(1) >= nic_alpha > bounds.steps * bounds.alpha_min
+    for entry in registry().values():
+        if "allgather" not in entry.collectives:
+            continue
+        try:
+            schedule = entry.build(topo, "allgather", None, None)
+        except BaselineNotApplicable:
+            continue
+        for size in (1, 1024, 1 << 20):
+            assert step_time_us(schedule, size) >= bounds.time_us(size) * (1 - 1e-9)

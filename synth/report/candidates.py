@@ -21,7 +21,7 @@ from synth.schedule import Schedule
 from synth.topology import Topology
 
 SMT_RANKS = 16
-ROUTER_SIZES = (1 << 20, 1 << 30)
+ROUTER_SIZES = (1 << 16, 1 << 20, 1 << 30)  # latency-bound (chunk_up 1), middle, bandwidth-bound
 BIG_FILE_RANKS = 32  # schedules of topologies this big are stored gzip-compressed
 
 Say = Callable[[str], None]
