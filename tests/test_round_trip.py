@@ -117,3 +117,19 @@ def test_cli_export_then_check(tmp_path, capsys):
     broken.write_text((tmp_path / "ring.executor.xml").read_text().replace(' outofplace="1"', ""))
     assert main(["check", str(broken), "--runtime", "executor"]) == 4
     assert "outofplace" in capsys.readouterr().out
+
+
+def test_check_a_program_json_file_and_a_broken_one(tmp_path, capsys):
+    from synth.io import save_schedule
+
+    path = tmp_path / "ring.json"
+    save_schedule(path, registry()["ring"].build(resolve_topology("ring:4"), "allgather", None, None))
+    prog = tmp_path / "ring.prog.json"
+    assert main(["export", str(path), "--format", "program-json", "-o", str(prog)]) == 0
+    assert main(["check", str(prog)]) == 0
+    bad = tmp_path / "bad.prog.json"
+    bad.write_text('{"format": "synth.program", "version": 1}')
+    capsys.readouterr()
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0]
