@@ -391,7 +391,7 @@ def switch_problem(topology: Topology) -> str | None:
 
 
 # ---------------------------------------------------------------------- the default sketch
-EXACT_RANKS = 16  # one machine this small also gets the exact time-expanded MILP (synth.router.exact)
+EXACT_RANKS = 16  # one machine this small also gets the exact time-expanded MILP (synth.backends.milp_exact)
 EXACT_CHUNKS = 6  # pieces per rank it tries at most by default (C = 6 closes in seconds on ndv2)
 def default_sketch(topology: Topology, collective: str | None = None,
                    size: int | None = None) -> tuple[Sketch, list[str]]:

@@ -18,7 +18,7 @@ from synth.errors import InputError
 from synth.generators import full, ring
 from synth.library import resolve_topology
 from synth.router.ordering import OrderingRules, order_sends
-from synth.router.routing import route
+from synth.backends.milp_routing import route
 from synth.router.synthesize import synthesize
 from synth.sketch import default_sketch, parse_sketch
 from synth.verify import verify
@@ -145,7 +145,7 @@ def test_routing_timeout_without_incumbent_is_unknown_and_the_router_still_answe
     def no_answer(problem, options=None):
         return MilpOutcome(MilpStatus.TIMEOUT, None, 0.0, "highs", False, False, None, "time limit")
 
-    monkeypatch.setattr("synth.router.routing.solve", no_answer)
+    monkeypatch.setattr("synth.backends.milp_routing.solve", no_answer)
     sketch = replace(default_sketch(ndv2x2)[0], chunk_up=1)
     plan = route(ndv2x2, make_collective("allgather", 16), sketch)
     assert plan.status == "unknown" and not plan.usable

@@ -10,7 +10,7 @@ from synth.collectives import make_collective
 from synth.cost import step_time_us
 from synth.errors import InputError
 from synth.library import resolve_topology
-from synth.router.exact import CUTS, best_exact, count_binaries, exact_schedule
+from synth.backends.milp_exact import CUTS, best_exact, count_binaries, exact_schedule
 from synth.verify import verify
 
 SIZE = 1 << 20

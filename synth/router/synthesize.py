@@ -34,8 +34,8 @@ from synth.cost import format_size, simulate_us, step_time_us
 from synth.errors import InputError
 from synth.reductions import compose, dual_collective, dual_schedule
 from synth.router.ordering import OrderingRules, order_sends
-from synth.router.exact import best_exact
-from synth.router.routing import RoutePlan, route
+from synth.backends.milp_exact import best_exact
+from synth.backends.milp_routing import RoutePlan, route
 from synth.router.timing import merge_steps
 from synth.schedule import Schedule
 from synth.sketch import Sketch
@@ -251,7 +251,6 @@ def _exact_line(found, seconds: float) -> str:
     tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     if found.schedule is None:
         return f"exact (time-expanded MILP): no schedule ({tally}), {seconds:.2f} s"
-    meta = found.schedule.meta
     best = (f"best C={found.schedule.collective.chunks_per_rank} with {len(found.schedule.steps)} steps, "
             f"{found.time_us:.3f} us")
     return f"exact (time-expanded MILP over C and S): {len(found.attempts)} instances ({tally}), {best}, {seconds:.2f} s"
