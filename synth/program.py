@@ -26,7 +26,7 @@ recv-reduce-send, ``rrc`` recv-reduce-copy, ``rrcs`` recv-reduce-copy-send, ``cp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 BUFFERS = ("i", "o", "s")
@@ -126,3 +126,19 @@ class Program:
     @property
     def max_ops_per_threadblock(self) -> int:
         return max((len(tb.ops) for g in self.gpus for tb in g.threadblocks), default=0)
+
+
+def with_threadblock(program: Program, rank: int, index: int, **changes: Any) -> Program:
+    """``program`` with thread block ``index`` of ``rank`` changed (``dataclasses.replace`` fields).
+
+    >>> p = Program("x", "allgather", 1, "Simple", 1, False, True, 1,
+    ...             (RankProgram(0, 1, 1, 0, (Threadblock(0, -1, -1, 0, ()),)),))
+    >>> with_threadblock(p, 0, 0, channel=2).gpus[0].threadblocks[0].channel
+    2
+    """
+    gpu = program.gpus[rank]
+    blocks = list(gpu.threadblocks)
+    blocks[index] = replace(blocks[index], **changes)
+    gpus = list(program.gpus)
+    gpus[rank] = replace(gpu, threadblocks=tuple(blocks))
+    return replace(program, gpus=tuple(gpus))

@@ -31,7 +31,7 @@ from synth.io import save_schedule
 from synth.library import resolve_topology
 from synth.lower import LoweringOptions, lower
 from synth.msccl.profiles import PROFILES
-from synth.program import BUFFERS, OP_TYPES, PROTOCOLS, Op, Program, RankProgram, Threadblock
+from synth.program import BUFFERS, OP_TYPES, PROTOCOLS, Op, Program, RankProgram, Threadblock, with_threadblock
 from tests.test_lower import check_structure, replay
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -175,12 +175,7 @@ def _edit_op(program: Program, rank: int, tb: int, pos: int, **changes) -> Progr
 
 
 def _edit_tb(program: Program, rank: int, tb: int, **changes) -> Program:
-    gpu = program.gpus[rank]
-    tbs = list(gpu.threadblocks)
-    tbs[tb] = replace(tbs[tb], **changes)
-    gpus = list(program.gpus)
-    gpus[rank] = replace(gpu, threadblocks=tuple(tbs))
-    return replace(program, gpus=tuple(gpus))
+    return with_threadblock(program, rank, tb, **changes)
 
 
 def _nop(dep_tb=0, dep_op=0) -> Op:

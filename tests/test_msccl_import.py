@@ -14,7 +14,7 @@ from synth.cli_check import add_check_parser
 from synth.errors import InputError
 from synth.msccl.load_rules import PROFILES, check_profile, check_program, ok
 from synth.msccl.xml_reader import read_xml, read_xml_file, strtol
-from synth.program import BUFFERS, OP_TYPES, Op, Program, RankProgram, Threadblock
+from synth.program import BUFFERS, OP_TYPES, Op, Program, RankProgram, Threadblock, with_threadblock
 from synth.program_check import replay
 
 
@@ -52,12 +52,7 @@ def allgather2(**changes) -> Program:
 
 
 def with_tb(p: Program, rank: int, index: int, **changes) -> Program:
-    g = p.gpus[rank]
-    tbs = list(g.threadblocks)
-    tbs[index] = replace(tbs[index], **changes)
-    gpus = list(p.gpus)
-    gpus[rank] = replace(g, threadblocks=tuple(tbs))
-    return replace(p, gpus=tuple(gpus))
+    return with_threadblock(p, rank, index, **changes)
 
 
 def with_op(p: Program, rank: int, index: int, pos: int, **changes) -> Program:

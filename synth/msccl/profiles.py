@@ -39,6 +39,12 @@ MAX_OFFSET = 32767  # int16
 _COMMON = {"allreduce": "allreduce", "allgather": "allgather", "reduce": "reduce",
            "broadcast": "broadcast", "alltoall": "alltoall"}
 
+# the executor and RCCL share one parser: the same names and required attributes
+_EXECUTOR_NAMES = MappingProxyType({**_COMMON, "reduce_scatter": "reducescatter", "gather": "gather",
+                                    "scatter": "scatter", "alltoallv": "alltoallv", "send": "send", "recv": "recv"})
+_EXECUTOR_REQUIRES = ("proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
+                      "minBytes", "maxBytes")
+
 PROFILES: Mapping[str, Profile] = MappingProxyType({
     "legacy": Profile(
         "legacy", "microsoft/msccl (NCCL 2.12 fork)",
@@ -48,19 +54,15 @@ PROFILES: Mapping[str, Profile] = MappingProxyType({
         max_bytes_exclusive=True, max_bytes_zero_means="never", checks_chunk_counts=True),
     "executor": Profile(
         "executor", "Azure/msccl-executor-nccl",
-        MappingProxyType({**_COMMON, "reduce_scatter": "reducescatter", "gather": "gather",
-                          "scatter": "scatter", "alltoallv": "alltoallv", "send": "send", "recv": "recv"}),
+        _EXECUTOR_NAMES,
         max_steps=64, max_threadblocks=1024, max_channels=32,
-        requires=("proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
-                  "minBytes", "maxBytes"),
+        requires=_EXECUTOR_REQUIRES,
         max_bytes_exclusive=False, max_bytes_zero_means="unbounded", checks_chunk_counts=False),
     "rccl": Profile(
         "rccl", "ROCm/rccl",
-        MappingProxyType({**_COMMON, "reduce_scatter": "reducescatter", "gather": "gather",
-                          "scatter": "scatter", "alltoallv": "alltoallv", "send": "send", "recv": "recv"}),
+        _EXECUTOR_NAMES,
         max_steps=64, max_threadblocks=64, max_channels=128,
-        requires=("proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
-                  "minBytes", "maxBytes"),
+        requires=_EXECUTOR_REQUIRES,
         max_bytes_exclusive=False, max_bytes_zero_means="unbounded", checks_chunk_counts=False),
 })
 RUNTIMES = tuple(PROFILES)
