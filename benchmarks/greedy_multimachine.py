@@ -40,11 +40,11 @@ def zipf_matrix(ranks: int, per_machine: int = 8) -> list[list[int]]:
 
 def _run(topo_name, coll, chunks, out):
     from synth.baselines import fastest_baseline
-    from synth.bounds import lower_bounds
-    from synth.collectives import make_collective
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.core.collectives import make_collective
     from synth.cost import step_time_us
-    from synth.library import resolve_topology
-    from synth.pipeline import greedy_schedule, pipelined
+    from synth.core.library import resolve_topology
+    from synth.greedy.pipeline import greedy_schedule, pipelined
 
     topo = resolve_topology(topo_name)
     started = time.perf_counter()

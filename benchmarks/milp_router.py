@@ -41,11 +41,11 @@ def zipf_matrix(ranks: int, per_machine: int = 8) -> list[list[int]]:
 
 
 def _run(topo_name, coll, size, solver, out):
-    from synth.backends.milp import MilpOptions
+    from synth.milp.solver import MilpOptions
     from synth.baselines import fastest_baseline
-    from synth.library import resolve_topology
-    from synth.router.synthesize import synthesize
-    from synth.sketch import default_sketch
+    from synth.core.library import resolve_topology
+    from synth.milp.synthesize import synthesize
+    from synth.milp.sketch import default_sketch
 
     topo = resolve_topology(topo_name)
     if coll.endswith("ZIPF"):

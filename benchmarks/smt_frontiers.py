@@ -40,8 +40,8 @@ QUICK = {"dgx1 allgather pareto", "ring:8 allgather pareto", "dgx2 allgather lea
 def _run(kind, topo_name, coll, root, kwargs, out):
     from synth.baselines import build_baseline
     from synth.cost import step_time_us
-    from synth.library import resolve_topology
-    from synth.strategies import least_steps, pareto
+    from synth.core.library import resolve_topology
+    from synth.smt.strategies import least_steps, pareto
 
     topo = resolve_topology(topo_name)
     started = time.perf_counter()

@@ -1,5 +1,5 @@
 import sys
 
-from synth.cli import main
+from synth.cli.main import main
 
 sys.exit(main())

@@ -19,9 +19,9 @@ b bytes spends b / (bw * 1e3) us on a link.
   duration: the simulator is never above ``step_time_us``, and equals it for a chain of
   dependent single-send steps.
 
->>> from synth.collectives import allgather
->>> from synth.schedule import Send, Step
->>> from synth.topology import Link, Topology
+>>> from synth.core.collectives import allgather
+>>> from synth.core.schedule import Send, Step
+>>> from synth.core.topology import Link, Topology
 >>> pair = Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)))
 >>> s = Schedule(pair, allgather(2), (Step((Send(0, 0, 1), Send(1, 1, 0))),))
 >>> round(step_time_us(s, parse_size("1M")), 4)  # 0.7 + 524288 B / 25 GB/s
@@ -36,8 +36,8 @@ from collections import Counter
 from fractions import Fraction
 from typing import Any, Iterable
 
-from synth.errors import InputError
-from synth.schedule import Schedule
+from synth.core.errors import InputError
+from synth.core.schedule import Schedule
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -135,7 +135,7 @@ def busbw_gbps(size_bytes: float, time_us: float, factor: Any) -> float:
 def cost_rows(schedule: Schedule, sizes: Iterable[int], bounds: Any = None) -> list[dict[str, Any]]:
     """One row per size: step-model and simulated times, algbw/busbw, fraction of the bound.
 
-    ``bounds`` is a ``synth.bounds.Bounds`` (anything with ``time_us(size)``) or None.
+    ``bounds`` is a ``synth.bounds.lower_bounds.Bounds`` (anything with ``time_us(size)``) or None.
     """
     rows = []
     for size in sizes:

@@ -12,9 +12,9 @@ happened in (None for the final postcondition) and a kind:
   link_capacity, group_capacity     more than capacity x rounds chunks on a link/group in a step
   postcondition                     a rank misses a chunk (or holds a wrong sum) at the end
 
->>> from synth.collectives import allgather
->>> from synth.topology import Topology, Link
->>> from synth.schedule import Schedule, Step, Send
+>>> from synth.core.collectives import allgather
+>>> from synth.core.topology import Topology, Link
+>>> from synth.core.schedule import Schedule, Step, Send
 >>> t = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)))
 >>> s = Schedule(t, allgather(2), (Step((Send(0, 0, 1), Send(1, 1, 0))),))
 >>> verify(s)
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from synth.schedule import Schedule, Send
+from synth.core.schedule import Schedule, Send
 
 # A rank's view of one chunk: absent (nothing), or (mask, doubled): the bit set of the
 # contributions it has summed (plain collectives: just bit 0, "held") and whether some

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from synth.schedule import Schedule
+from synth.core.schedule import Schedule
 
 
 def reference_valid(schedule: Schedule, seed: int = 7) -> bool:

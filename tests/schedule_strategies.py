@@ -11,10 +11,10 @@ from collections import deque
 
 from hypothesis import strategies as st
 
-from synth import collectives as colls
+from synth.core import collectives as colls
 from synth.baselines.common import rounds_needed
-from synth.schedule import Schedule, Send, Step
-from synth.topology import Group, Link, Topology
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Group, Link, Topology
 
 
 @st.composite

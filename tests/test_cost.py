@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synth.bounds import lower_bounds
-from synth.collectives import allgather, alltoall, broadcast
+from synth.bounds.lower_bounds import lower_bounds
+from synth.core.collectives import allgather, alltoall, broadcast
 from synth.cost import (
     algbw_gbps,
     busbw_gbps,
@@ -21,10 +21,10 @@ from synth.cost import (
     step_time_us,
     step_times_us,
 )
-from synth.errors import InputError
-from synth.io import read_json
-from synth.schedule import Schedule, Send, Step
-from synth.topology import Group, Link, Topology
+from synth.core.errors import InputError
+from synth.core.io import read_json
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Group, Link, Topology
 
 from tests.schedule_strategies import valid_schedules
 

@@ -11,15 +11,15 @@ import pytest
 
 from synth.baselines import registry
 from synth.baselines.common import BaselineNotApplicable
-from synth.cli import main
+from synth.cli.main import main
 from synth.exporters.msccl_xml import program_to_xml
 from synth.exporters.program_json import program_from_json, program_to_json
-from synth.library import resolve_topology
-from synth.lower import LoweringOptions, lower
+from synth.core.library import resolve_topology
+from synth.lower.lowering import LoweringOptions, lower
 from synth.msccl.load_rules import check_profile, ok
 from synth.msccl.profiles import PROFILES, RUNTIMES
 from synth.msccl.xml_reader import read_xml
-from synth.program_check import replay
+from synth.program.replay import replay
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "gather", "scatter")
 
@@ -69,7 +69,7 @@ def test_in_place_allreduce_and_allgather_round_trip():
 
 
 def test_smt_frontier_schedules_round_trip(tmp_path):
-    from synth.io import load_schedule
+    from synth.core.io import load_schedule
 
     assert main(["pareto", "dgx1", "allgather", "-o", str(tmp_path)]) == 0
     files = sorted(tmp_path.glob("*.schedule.json"))
@@ -82,8 +82,8 @@ def test_smt_frontier_schedules_round_trip(tmp_path):
 def test_milp_router_schedules_round_trip():
     from dataclasses import replace
 
-    from synth.router.synthesize import synthesize
-    from synth.sketch import default_sketch
+    from synth.milp.synthesize import synthesize
+    from synth.milp.sketch import default_sketch
 
     topo = resolve_topology("ndv2x2")
     for coll in ("allgather", "allreduce"):
@@ -103,7 +103,7 @@ def test_program_json_round_trips_unchanged():
 
 
 def test_cli_export_then_check(tmp_path, capsys):
-    from synth.io import save_schedule
+    from synth.core.io import save_schedule
 
     topo = resolve_topology("dgx1")
     path = tmp_path / "ring.json"
@@ -120,7 +120,7 @@ def test_cli_export_then_check(tmp_path, capsys):
 
 
 def test_check_a_program_json_file_and_a_broken_one(tmp_path, capsys):
-    from synth.io import save_schedule
+    from synth.core.io import save_schedule
 
     path = tmp_path / "ring.json"
     save_schedule(path, registry()["ring"].build(resolve_topology("ring:4"), "allgather", None, None))

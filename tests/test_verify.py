@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synth.collectives import allgather, allreduce, broadcast, reduce_scatter
-from synth.io import read_json
-from synth.schedule import Schedule, Send, Step
-from synth.topology import Group, Link, Topology
+from synth.core.collectives import allgather, allreduce, broadcast, reduce_scatter
+from synth.core.io import read_json
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Group, Link, Topology
 from synth.verify import verify
 
 from tests.reference_replay import reference_valid

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from synth.baselines.common import BaselineNotApplicable
-from synth.errors import InputError
-from synth.schedule import Schedule
-from synth.topology import Topology
+from synth.core.errors import InputError
+from synth.core.schedule import Schedule
+from synth.core.topology import Topology
 
 __all__ = ["Baseline", "BaselineNotApplicable", "registry", "build_baseline", "applicable", "fastest_baseline"]
 

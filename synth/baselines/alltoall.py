@@ -5,7 +5,7 @@ shortest paths (load spread per hop) where there is no link: alltoall, alltoallv
 gather. ``direct_schedule(topology, collective)`` takes any non-combining Collective, e.g. an
 alltoallv built from a traffic matrix. ``bruck`` is Bruck's algorithm for alltoall and allgather.
 
->>> from synth.library import resolve_topology
+>>> from synth.core.library import resolve_topology
 >>> len(direct(resolve_topology("full:4"), "alltoall", None, None).steps)
 1
 >>> len(bruck(resolve_topology("full:8"), "alltoall", None, None).steps)
@@ -17,11 +17,11 @@ from __future__ import annotations
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, route_phase
 from synth.baselines.trees import check_args
-from synth.collective import Collective
-from synth.collectives import allgather, alltoall, gather, make_collective, scatter
-from synth.errors import InputError
-from synth.schedule import Schedule, Send
-from synth.topology import Topology
+from synth.core.collective import Collective
+from synth.core.collectives import allgather, alltoall, gather, make_collective, scatter
+from synth.core.errors import InputError
+from synth.core.schedule import Schedule, Send
+from synth.core.topology import Topology
 
 ALLTOALLV_HINT = (
     "alltoallv needs a traffic matrix; use the name alltoallv:FILE (a synth.traffic JSON) or "
@@ -46,8 +46,8 @@ def direct_schedule(topology: Topology, collective: Collective, **meta) -> Sched
 
     Works for any non-combining collective (alltoall, alltoallv, scatter, gather, ...).
 
-    >>> from synth.collectives import alltoallv
-    >>> from synth.library import resolve_topology
+    >>> from synth.core.collectives import alltoallv
+    >>> from synth.core.library import resolve_topology
     >>> s = direct_schedule(resolve_topology("ring:4"), alltoallv([[0, 3, 0, 1]] + [[1] * 4] * 3))
     >>> s.meta["algorithm"], len(s.steps)
     ('direct', 2)

@@ -5,7 +5,7 @@ direct connection. ``route_phase`` turns one phase into physical sub-steps along
 (store-and-forward through relays; only for copies), and ``finish`` sets each step's rounds to
 the fewest that its link and group loads need, then verifies the result.
 
->>> from synth.topology import Topology, Link
+>>> from synth.core.topology import Topology, Link
 >>> line = Topology("line3", 3, (Link(0, 1, 25.0), Link(1, 2, 25.0), Link(2, 1, 25.0), Link(1, 0, 25.0)))
 >>> [[(s.src, s.dst) for s in sub] for sub in route_phase(line, [Transfer(0, 0, 2)])]
 [[(0, 1)], [(1, 2)]]
@@ -18,10 +18,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from synth.collective import Collective
-from synth.errors import InputError
-from synth.schedule import Schedule, Send, Step
-from synth.topology import Topology
+from synth.core.collective import Collective
+from synth.core.errors import InputError
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Topology
 
 
 class BaselineNotApplicable(InputError):

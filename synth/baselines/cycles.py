@@ -7,7 +7,7 @@ inside each machine between ranks with fabric links), so K machines cost exactly
 otherwise a depth-first search with pruning and an expansion budget is used. Without a cycle
 the ring is *routed*: a spanning order whose hops may take several links.
 
->>> from synth.generators import line, torus
+>>> from synth.core.generators import line, torus
 >>> ring = find_ring(torus((2, 3)))
 >>> ring.direct, ring.bidirectional, ring.order
 (True, True, (0, 1, 2, 5, 4, 3))
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from synth.topology import Topology
+from synth.core.topology import Topology
 
 BUDGET = 20_000  # node expansions per search (per bandwidth threshold)
 PATH_BUDGET = 2_000  # expansions per intra-machine path search

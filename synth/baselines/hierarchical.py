@@ -9,7 +9,7 @@ reversed topology (machine reduce-scatter, then rail reduce-scatter); allreduce 
 reduce-scatter then allgather. ``meta`` counts the steps of each level (``rail_steps``,
 ``machine_steps``; per half for allreduce).
 
->>> from synth.library import resolve_topology
+>>> from synth.core.library import resolve_topology
 >>> s = build(resolve_topology("ndv2x2"), "allgather", None, None)
 >>> len(s.steps), s.meta["rail_steps"], s.meta["machine_steps"]
 (8, 1, 7)
@@ -17,7 +17,7 @@ reduce-scatter then allgather. ``meta`` counts the steps of each level (``rail_s
 
 from __future__ import annotations
 
-from synth import collectives
+from synth.core import collectives
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, finish, holders, route_phase
 from synth.baselines.cycles import Ring, find_ring
@@ -30,10 +30,10 @@ from synth.baselines.ring import (
     own_blocks,
     ring_phases,
 )
-from synth.collective import Collective
-from synth.reductions import compose
-from synth.schedule import Schedule
-from synth.topology import Topology
+from synth.core.collective import Collective
+from synth.core.transforms import compose
+from synth.core.schedule import Schedule
+from synth.core.topology import Topology
 
 
 def machines_of(topology: Topology) -> tuple[tuple[int, ...], ...]:

@@ -8,7 +8,7 @@
   allgather on the reversed topology (step k sends half of what is left to r ^ 2^(d-1-k)).
   Allreduce: recursive halving then recursive doubling (Rabenseifner), 2 log2(n) steps.
 
->>> from synth.generators import hypercube
+>>> from synth.core.generators import hypercube
 >>> s = build_halving(hypercube(2), "allreduce", None, None)
 >>> len(s.steps), s.meta["partners"]
 (4, 'r ^ 2^k')
@@ -16,13 +16,13 @@
 
 from __future__ import annotations
 
-from synth import collectives
+from synth.core import collectives
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, holders, phases_to_steps
 from synth.baselines.ring import chunks_per_rank, dual_steps
-from synth.collective import Collective
-from synth.schedule import Schedule, Send
-from synth.topology import Topology
+from synth.core.collective import Collective
+from synth.core.schedule import Schedule, Send
+from synth.core.topology import Topology
 
 Steps = list[list[Send]]
 

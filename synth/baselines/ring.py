@@ -8,7 +8,7 @@ neighbour sends; reduce-scatter is the dual of the allgather on the reversed top
 allreduce is reduce-scatter then allgather (2(n-1) steps). Without a Hamiltonian cycle an
 allgather is routed over shortest paths; the combining collectives then do not apply.
 
->>> from synth.generators import ring as ring_topology
+>>> from synth.core.generators import ring as ring_topology
 >>> s = build(ring_topology(4), "allreduce", None, None)
 >>> len(s.steps), s.meta["variant"], s.meta["order"]
 (6, 'bidirectional', [0, 1, 2, 3])
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from synth import collectives
+from synth.core import collectives
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, holders, phases_to_steps
 from synth.baselines.cycles import Ring, find_ring
-from synth.collective import Collective
-from synth.errors import InputError
-from synth.reductions import compose, dual_schedule
-from synth.schedule import Schedule, Send, Step
-from synth.topology import Topology
+from synth.core.collective import Collective
+from synth.core.errors import InputError
+from synth.core.transforms import compose, dual_schedule
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Topology
 
 Blocks = Mapping[int, Sequence[int]]
 Steps = list[list[Send]]

@@ -6,7 +6,7 @@ relabellings and BFS/DFS orders). Edges without a link are routed over shortest 
 that already hold a piece are not sent it again, so every broadcast is a physical tree and its
 dual (run backwards on the reversed topology with ``reduce``) is a valid reduction.
 
->>> from synth.library import resolve_topology
+>>> from synth.core.library import resolve_topology
 >>> s = binomial_tree(resolve_topology("hypercube:3"), "broadcast", 0, None)
 >>> len(s.steps), s.meta["routed_edges"]
 (3, 0)
@@ -18,12 +18,12 @@ from typing import Sequence
 
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, route_phase
-from synth.collective import Collective
-from synth.collectives import broadcast, gather, reduce, scatter
-from synth.errors import InputError
-from synth.reductions import dual_schedule
-from synth.schedule import Schedule, Send, Step
-from synth.topology import Topology
+from synth.core.collective import Collective
+from synth.core.collectives import broadcast, gather, reduce, scatter
+from synth.core.errors import InputError
+from synth.core.transforms import dual_schedule
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Topology
 
 DEFAULT_DBT_PIECES = 4  # pieces per half of the buffer in the double binary tree
 

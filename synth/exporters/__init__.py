@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from synth.program import Program
+from synth.program.ir import Program
 
 
 def _msccl_xml(program: Program, runtime: str | None) -> str:

@@ -10,7 +10,7 @@ which legacy allocates from ``maxBytes`` at init); executor and RCCL read it inc
 unbounded. A program the runtime would refuse, misread or hang on is refused with one InputError
 line instead (section 15).
 
->>> from synth.program import Op, Program, RankProgram, Threadblock
+>>> from synth.program.ir import Op, Program, RankProgram, Threadblock
 >>> gpu = lambda r: RankProgram(r, 1, 2, 0, (Threadblock(0, 1 - r, 1 - r, 0, (
 ...     Op("s", "i", 0, "o", r, 1), Op("r", "i", 0, "o", 1 - r, 1), Op("cpy", "i", 0, "o", r, 1))),))
 >>> p = Program("ag2", "allgather", 2, "Simple", 2, False, True, 1, (gpu(0), gpu(1)))
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from synth.errors import InputError
-from synth.lower import NAME_RE
+from synth.core.errors import InputError
+from synth.lower.lowering import NAME_RE
 from synth.msccl.profiles import (MAX_COUNT, MAX_DEP_TB, MAX_ELEMENTS_PER_RANK, MAX_FUSED_REDUCES, MAX_OFFSET,
                                   MAX_PEERS_PER_CHANNEL, PROFILES, Profile)
-from synth.program import BUFFERS, OP_TYPES, PROTOCOLS, READS_SRC, WRITES_DST, Program, RankProgram
+from synth.program.ir import BUFFERS, OP_TYPES, PROTOCOLS, READS_SRC, WRITES_DST, Program, RankProgram
 
 LEGACY_MAX_BYTES = 2**31 - 1  # exclusive; the largest bound every parser reads as an int
 LEGACY_MAX_BYTES_SCRATCH = 2**30  # legacy sizes its scratch from maxBytes once, at init

@@ -3,7 +3,7 @@
 One op per line keeps files diffable. Reading validates the document with the shipped JSON
 Schema first, so any structural problem is one InputError line naming the JSON path.
 
->>> from synth.program import Op, Program, RankProgram, Threadblock
+>>> from synth.program.ir import Op, Program, RankProgram, Threadblock
 >>> tb = Threadblock(0, send=1, recv=-1, channel=0, ops=(Op("s", "i", 0, "o", 0, 1),))
 >>> p = Program("x", "custom", 2, "Simple", 1, False, True, 1,
 ...             (RankProgram(0, 1, 1, 0, (tb,)), RankProgram(1, 1, 1, 0, ())))
@@ -11,7 +11,7 @@ Schema first, so any structural problem is one InputError line naming the JSON p
 True
 >>> program_from_dict({"format": "synth.program", "version": 1})
 Traceback (most recent call last):
-synth.errors.InputError: program: missing key 'name'
+synth.core.errors.InputError: program: missing key 'name'
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
-from synth.errors import InputError
-from synth.program import Op, Program, RankProgram, Threadblock
+from synth.core.errors import InputError
+from synth.program.ir import Op, Program, RankProgram, Threadblock
 
 PROGRAM_FORMAT = "synth.program"
 PROGRAM_VERSION = 1
@@ -155,6 +155,6 @@ def program_from_json(text: str, where: str = "program") -> Program:
 
 def load_program(path) -> Program:
     """Read a synth.program file; any problem is one InputError line naming the file."""
-    from synth.io import read_json
+    from synth.core.io import read_json
 
     return program_from_dict(read_json(path), where=str(path))

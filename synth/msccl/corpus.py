@@ -16,7 +16,7 @@ from typing import Mapping
 
 from synth.msccl.load_rules import PROFILES, check_profile, ok
 from synth.msccl.xml_reader import read_xml_file
-from synth.program_check import replay
+from synth.program.replay import replay
 
 # words of a NEGATIVE EXAMPLE description -> the problem code that names that defect
 NEGATIVE_DEFECTS = (

@@ -27,8 +27,8 @@ from synth.msccl.profiles import (
     Profile,
 )
 from synth.msccl.xml_reader import ParsedXml, strtol
-from synth.program import BUFFERS, OP_TYPES, PROTOCOLS, RECEIVING, SENDING, Program
-from synth.program_deps import Problem, release, structure_problems, transfers
+from synth.program.ir import BUFFERS, OP_TYPES, PROTOCOLS, RECEIVING, SENDING, Program
+from synth.program.deps import Problem, release, structure_problems, transfers
 
 __all__ = ["Problem", "PROFILES", "check_profile", "check_program", "ok"]
 

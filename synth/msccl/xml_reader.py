@@ -22,9 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from synth.errors import InputError
+from synth.core.errors import InputError
 from synth.msccl.xml_tokens import Lexical, Element, element_tree
-from synth.program import Op, Program, RankProgram, Threadblock
+from synth.program.ir import Op, Program, RankProgram, Threadblock
 
 GPU_ATTRS = ("id", "i_chunks", "o_chunks", "s_chunks")
 TB_ATTRS = ("id", "send", "recv", "chan")

@@ -15,10 +15,10 @@ from typing import Callable
 from synth.baselines import registry
 from synth.baselines.common import BaselineNotApplicable
 from synth.cost import format_size
-from synth.errors import InputError
-from synth.io import load_schedule, read_json, schedule_file_name
-from synth.schedule import Schedule
-from synth.topology import Topology
+from synth.core.errors import InputError
+from synth.core.io import load_schedule, read_json, schedule_file_name
+from synth.core.schedule import Schedule
+from synth.core.topology import Topology
 
 SMT_RANKS = 16
 ROUTER_SIZES = (1 << 16, 1 << 20, 1 << 30)  # latency-bound (chunk_up 1), middle, bandwidth-bound
@@ -53,7 +53,7 @@ def synthesized(topology: Topology, collective: str, time_limit: float, say: Say
 
 
 def _smt(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
-    from synth.strategies import pareto
+    from synth.smt.strategies import pareto
 
     frontier = pareto(topology, collective, time_limit=time_limit, progress=say)
     out = []
@@ -65,9 +65,9 @@ def _smt(topology: Topology, collective: str, time_limit: float, say: Say) -> li
 
 
 def _milp(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
-    from synth.backends.milp import MilpOptions
-    from synth.router.synthesize import synthesize
-    from synth.sketch import default_sketch
+    from synth.milp.solver import MilpOptions
+    from synth.milp.synthesize import synthesize
+    from synth.milp.sketch import default_sketch
 
     out: list[Candidate] = []
     for size in ROUTER_SIZES:

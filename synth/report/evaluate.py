@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from synth.bounds import lower_bounds
-from synth.collectives import make_collective
+from synth.bounds.lower_bounds import lower_bounds
+from synth.core.collectives import make_collective
 from synth.cost import busbw_gbps, cost_rows, parse_size, parse_sizes
-from synth.errors import InputError
+from synth.core.errors import InputError
 from synth.report.candidates import Candidate
-from synth.topology import Topology
+from synth.core.topology import Topology
 
 TABLE_SIZES = (1 << 10, 1 << 20, 1 << 30)
 

@@ -11,12 +11,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-from synth.bounds import lower_bounds
-from synth.collectives import make_collective
+from synth.bounds.lower_bounds import lower_bounds
+from synth.core.collectives import make_collective
 from synth.cost import format_size
-from synth.errors import InputError
-from synth.io import dumps, save_schedule, write_text_atomic
-from synth.library import resolve_topology
+from synth.core.errors import InputError
+from synth.core.io import dumps, save_schedule, write_text_atomic
+from synth.core.library import resolve_topology
 from synth.report import candidates as cand
 from synth.report.evaluate import bound_rows, evaluate, size_grid, winners
 from synth.report.plots import plot

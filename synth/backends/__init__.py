@@ -1,1 +1,0 @@
-"""Solver backends. Solver objects (z3 terms, PuLP variables) never leave this package."""

@@ -1,0 +1,1 @@
+"""The command line: argument parsing only, one module per command group; ``main(argv) -> int``."""

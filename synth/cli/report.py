@@ -1,0 +1,47 @@
+"""``synth report``: Pareto-frontier reports (see synth.report)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_report_parser(sub) -> None:
+    from synth.report.runner import DEFAULT_SIZES
+
+    p = sub.add_parser("report", help="frontier + baselines + bounds over sizes: tables, plots, size->algorithm selection")
+    p.add_argument("topology", nargs="?")
+    p.add_argument("collective", nargs="?")
+    p.add_argument("-o", "--output", help="folder (default results/TOPO/COLL)")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"A..B (powers of two) or a comma list (default {DEFAULT_SIZES})")
+    p.add_argument("--from", dest="from_dir", help="read the frontier from a 'synth pareto -o DIR' folder instead")
+    p.add_argument("--time-limit", type=float, default=120.0, help="seconds per solver call (default 120)")
+    p.add_argument("--all", action="store_true", help="regenerate every committed report under results/")
+    p.add_argument("--force", action="store_true", help="with --all: redo reports that are already there")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from synth.core.errors import InputError
+    from synth.report.runner import report, report_all
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.all:
+        if args.topology or args.collective or args.from_dir:
+            raise InputError("--all takes no TOPO/COLL/--from")
+        path = report_all(args.output or "results", args.force, args.time_limit, say)
+        print(f"wrote {path}", file=sys.stderr)
+        return 0
+    if not args.topology or not args.collective:
+        raise InputError("report needs TOPO COLL (or --all)")
+    if args.force:
+        raise InputError("--force applies to --all")
+    out = args.output or f"results/{args.topology}/{args.collective}"
+    doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say)
+    for w in doc["fastest"]:
+        print(f"{w['min_bytes']}..{'' if w['max_bytes'] is None else w['max_bytes']}: {w['label']}"
+              + ("" if w["speedup"] is None else
+                 f" ({w['speedup']:.2f}x-{w['speedup_max']:.2f}x the best baseline: {w['best_baseline']})"))
+    print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, selection.json", file=sys.stderr)
+    return 0

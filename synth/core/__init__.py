@@ -1,0 +1,1 @@
+"""The model: topologies, collectives, schedules, the machine library and generators, symmetry, duals, errors, files."""

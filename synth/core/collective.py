@@ -1,0 +1,158 @@
+"""Collective: per-chunk pre/post rank sets and a combining flag.
+
+``pre[c]`` are the ranks holding chunk c at the start (combining: each holds its own
+contribution); ``post[c]`` the ranks that must hold it at the end (combining: fully reduced).
+``buffer_chunks`` is how many chunks make up the nccl-tests size S of the collective.
+
+>>> from synth.core.collectives import allgather
+>>> ag = allgather(4)
+>>> ag.chunks, ag.buffer_chunks, sorted(ag.post[0])
+(4, 4, [0, 1, 2, 3])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from synth.core.errors import CollectiveError
+
+# nccl-tests busbw factors, as a function of the rank count n.
+_BUSBW = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "alltoallv": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """What a collective must achieve; validated on construction."""
+
+    name: str
+    ranks: int
+    combining: bool
+    pre: tuple[frozenset[int], ...]
+    post: tuple[frozenset[int], ...]
+    buffer_chunks: int
+    root: int | None = None
+    chunks_per_rank: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pre", tuple(frozenset(p) for p in self.pre))
+        object.__setattr__(self, "post", tuple(frozenset(p) for p in self.post))
+        where = f"collective {self.name!r}"
+        if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 1:
+            raise CollectiveError(f"{where}: 'ranks' must be a positive integer, got {self.ranks!r}")
+        if len(self.pre) != len(self.post):
+            raise CollectiveError(
+                f"{where}: 'pre' has {len(self.pre)} chunks but 'post' has {len(self.post)}"
+            )
+        if not self.pre:
+            raise CollectiveError(f"{where}: has no chunks")
+        for c, (pre, post) in enumerate(zip(self.pre, self.post)):
+            if not pre:
+                raise CollectiveError(f"{where}: chunk {c} is held by no rank at the start")
+            if not post:
+                raise CollectiveError(f"{where}: chunk {c} is needed by no rank at the end")
+            for rank in pre | post:
+                if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.ranks:
+                    raise CollectiveError(
+                        f"{where}: chunk {c} names rank {rank!r}, out of range 0..{self.ranks - 1}"
+                    )
+        if (
+            not isinstance(self.buffer_chunks, int)
+            or isinstance(self.buffer_chunks, bool)
+            or self.buffer_chunks < 1
+        ):
+            raise CollectiveError(f"{where}: 'buffer_chunks' must be a positive integer")
+        if self.root is not None and not 0 <= self.root < self.ranks:
+            raise CollectiveError(f"{where}: root {self.root} out of range 0..{self.ranks - 1}")
+        if self.chunks_per_rank < 1:
+            raise CollectiveError(f"{where}: chunks per rank must be >= 1")
+
+    @property
+    def chunks(self) -> int:
+        return len(self.pre)
+
+    @property
+    def busbw_factor(self) -> float:
+        """nccl-tests busbw factor (1.0 for collectives nccl-tests does not name)."""
+        return _BUSBW.get(self.name, lambda n: 1.0)(self.ranks)
+
+    def unreachable(self, topology) -> list[tuple[int, int]]:
+        """(chunk, rank) pairs whose postcondition no path in the topology can satisfy."""
+        dist = topology.hop_distances
+        bad = []
+        for c, (pre, post) in enumerate(zip(self.pre, self.post)):
+            for rank in sorted(post):
+                if self.combining:
+                    ok = all(dist[h][rank] != float("inf") for h in pre)
+                else:
+                    ok = any(dist[h][rank] != float("inf") for h in pre)
+                if not ok:
+                    bad.append((c, rank))
+        return bad
+
+    def check_on(self, topology) -> None:
+        """Raise CollectiveError when the collective cannot run on the topology."""
+        if topology.ranks != self.ranks:
+            raise CollectiveError(
+                f"collective {self.name!r} has {self.ranks} ranks but topology "
+                f"{topology.name!r} has {topology.ranks}"
+            )
+        bad = self.unreachable(topology)
+        if bad:
+            ranks = sorted({rank for _, rank in bad})
+            chunks = sorted({c for c, _ in bad})
+            shown = ", ".join(map(str, ranks[:16])) + (" ..." if len(ranks) > 16 else "")
+            raise CollectiveError(
+                f"{self.name} is impossible on {topology.name}: ranks {shown} cannot be reached "
+                f"from the holders of {len(chunks)} chunk(s) (first: chunk {chunks[0]})"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "ranks": self.ranks,
+            "combining": self.combining,
+            "buffer_chunks": self.buffer_chunks,
+            "pre": [sorted(p) for p in self.pre],
+            "post": [sorted(p) for p in self.post],
+        }
+        if self.root is not None:
+            doc["root"] = self.root
+        if self.chunks_per_rank != 1:
+            doc["chunks_per_rank"] = self.chunks_per_rank
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "collective") -> "Collective":
+        if not isinstance(doc, dict):
+            raise CollectiveError(f"{where}: expected a JSON object")
+        missing = [k for k in ("name", "ranks", "pre", "post") if k not in doc]
+        if missing:
+            raise CollectiveError(f"{where}: missing field(s) {', '.join(missing)}")
+        for key in ("pre", "post"):
+            value = doc[key]
+            if not isinstance(value, list) or not all(isinstance(v, list) for v in value):
+                raise CollectiveError(f"{where}: {key!r} must be a list of rank lists")
+        combining = doc.get("combining", False)
+        if not isinstance(combining, bool):
+            raise CollectiveError(f"{where}: 'combining' must be true or false")
+        return cls(
+            name=str(doc["name"]),
+            ranks=doc["ranks"],
+            combining=combining,
+            pre=tuple(frozenset(p) for p in doc["pre"]),
+            post=tuple(frozenset(p) for p in doc["post"]),
+            buffer_chunks=doc.get("buffer_chunks", len(doc["pre"])),
+            root=doc.get("root"),
+            chunks_per_rank=doc.get("chunks_per_rank", 1),
+        )

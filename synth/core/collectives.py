@@ -1,0 +1,202 @@
+"""Builders for the standard collectives, plus alltoallv (traffic matrix) and custom files.
+
+Chunk numbering (C = chunks per rank, n = ranks):
+- allgather / gather: chunk r*C+i starts on rank r;  reduce_scatter / scatter: chunk r*C+i ends on r;
+- allreduce: n*C chunks, each reduced over all ranks;  broadcast / reduce: C chunks;
+- alltoall: chunk (s*n + d)*C + i goes from s to d;   alltoallv: the matrix's chunks, row-major.
+
+>>> make_collective("broadcast", 4, root=2).pre[0]
+frozenset({2})
+>>> sorted(make_collective("reduce_scatter", 4).post[1])
+[1]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from synth.core.collective import Collective
+from synth.core.errors import CollectiveError, InputError
+
+COLLECTIVE_FORMAT = "synth.collective"
+TRAFFIC_FORMAT = "synth.traffic"
+
+
+def allgather(n: int, chunks: int = 1) -> Collective:
+    everyone = frozenset(range(n))
+    pre = tuple(frozenset({c // chunks}) for c in range(n * chunks))
+    return Collective("allgather", n, False, pre, (everyone,) * (n * chunks), n * chunks, None, chunks)
+
+
+def reduce_scatter(n: int, chunks: int = 1) -> Collective:
+    everyone = frozenset(range(n))
+    post = tuple(frozenset({c // chunks}) for c in range(n * chunks))
+    return Collective("reduce_scatter", n, True, (everyone,) * (n * chunks), post, n * chunks, None, chunks)
+
+
+def allreduce(n: int, chunks: int = 1) -> Collective:
+    everyone = frozenset(range(n))
+    total = n * chunks
+    return Collective("allreduce", n, True, (everyone,) * total, (everyone,) * total, total, None, chunks)
+
+
+def alltoall(n: int, chunks: int = 1) -> Collective:
+    pre, post = [], []
+    for src in range(n):
+        for dst in range(n):
+            for _ in range(chunks):
+                pre.append(frozenset({src}))
+                post.append(frozenset({dst}))
+    return Collective("alltoall", n, False, tuple(pre), tuple(post), n * chunks, None, chunks)
+
+
+def broadcast(n: int, root: int = 0, chunks: int = 1) -> Collective:
+    _check_root(n, root)
+    everyone = frozenset(range(n))
+    return Collective("broadcast", n, False, (frozenset({root}),) * chunks, (everyone,) * chunks, chunks, root, chunks)
+
+
+def reduce(n: int, root: int = 0, chunks: int = 1) -> Collective:
+    _check_root(n, root)
+    everyone = frozenset(range(n))
+    return Collective("reduce", n, True, (everyone,) * chunks, (frozenset({root}),) * chunks, chunks, root, chunks)
+
+
+def gather(n: int, root: int = 0, chunks: int = 1) -> Collective:
+    _check_root(n, root)
+    pre = tuple(frozenset({c // chunks}) for c in range(n * chunks))
+    return Collective("gather", n, False, pre, (frozenset({root}),) * (n * chunks), n * chunks, root, chunks)
+
+
+def scatter(n: int, root: int = 0, chunks: int = 1) -> Collective:
+    _check_root(n, root)
+    post = tuple(frozenset({c // chunks}) for c in range(n * chunks))
+    return Collective("scatter", n, False, (frozenset({root}),) * (n * chunks), post, n * chunks, root, chunks)
+
+
+def alltoallv(matrix: list[list[int]]) -> Collective:
+    """Alltoall with per-pair chunk counts: ``matrix[s][d]`` chunks go from s to d.
+
+    S (nccl-tests size) is the largest rank's send buffer, so one chunk is S / max row sum.
+    """
+    n = len(matrix)
+    if n == 0 or any(not isinstance(row, list) or len(row) != n for row in matrix):
+        raise CollectiveError("alltoallv: the traffic matrix must be square (n rows of n counts)")
+    pre, post = [], []
+    for src, row in enumerate(matrix):
+        for dst, count in enumerate(row):
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise CollectiveError(
+                    f"alltoallv: matrix[{src}][{dst}] must be a non-negative integer chunk count, got {count!r}"
+                )
+            for _ in range(count):
+                pre.append(frozenset({src}))
+                post.append(frozenset({dst}))
+    if not pre:
+        raise CollectiveError("alltoallv: the traffic matrix moves no data (all counts are 0)")
+    buffer = max(sum(row) for row in matrix)
+    return Collective("alltoallv", n, False, tuple(pre), tuple(post), buffer)
+
+
+def _check_root(n: int, root: int) -> None:
+    if not isinstance(root, int) or not 0 <= root < n:
+        raise CollectiveError(f"root {root} out of range 0..{n - 1}")
+
+
+@dataclass(frozen=True)
+class CollectiveKind:
+    """One entry of the collective registry."""
+
+    name: str
+    builder: Callable[..., Collective]
+    rooted: bool
+    description: str
+
+
+REGISTRY: dict[str, CollectiveKind] = {
+    kind.name: kind
+    for kind in (
+        CollectiveKind("allgather", allgather, False, "every rank's chunks end on every rank"),
+        CollectiveKind("reduce_scatter", reduce_scatter, False, "chunk r*C+i, reduced over all ranks, ends on rank r"),
+        CollectiveKind("allreduce", allreduce, False, "every chunk reduced over all ranks, on every rank"),
+        CollectiveKind("alltoall", alltoall, False, "chunk (s,d) goes from rank s to rank d"),
+        CollectiveKind("broadcast", broadcast, True, "the root's chunks end on every rank"),
+        CollectiveKind("reduce", reduce, True, "every chunk reduced over all ranks, on the root"),
+        CollectiveKind("gather", gather, True, "every rank's chunks end on the root"),
+        CollectiveKind("scatter", scatter, True, "the root's chunk r*C+i ends on rank r"),
+    )
+}
+FILE_KINDS = {
+    "alltoallv": "alltoallv:FILE - per-pair chunk counts from a traffic matrix (MoE dispatch)",
+    "custom": "custom:FILE - explicit pre/post from a synth.collective JSON file",
+}
+
+
+def known_names() -> list[str]:
+    return sorted(REGISTRY) + sorted(FILE_KINDS)
+
+
+def make_collective(spec: str, ranks: int, root: int | None = None, chunks: int = 1) -> Collective:
+    """Build a collective from a name (``allgather``), ``alltoallv:FILE``, ``custom:FILE`` or a path."""
+    if not isinstance(chunks, int) or chunks < 1:
+        raise CollectiveError(f"chunks per rank must be a positive integer, got {chunks!r}")
+    kind, _, path = spec.partition(":")
+    if kind == "alltoallv" and path:
+        coll = alltoallv(_load_matrix(Path(path)))
+        _check_ranks(coll, ranks)
+        return coll
+    if kind == "custom" and path:
+        coll = load_custom(Path(path))
+        _check_ranks(coll, ranks)
+        return coll
+    if spec.endswith(".json") and Path(spec).exists():
+        coll = load_custom(Path(spec))
+        _check_ranks(coll, ranks)
+        return coll
+    if spec in FILE_KINDS:
+        raise InputError(f"{spec} needs a file: {FILE_KINDS[spec]}")
+    entry = REGISTRY.get(spec)
+    if entry is None:
+        raise InputError(f"unknown collective {spec!r}; known: {', '.join(known_names())}")
+    if entry.rooted:
+        return entry.builder(ranks, 0 if root is None else root, chunks)
+    if root is not None:
+        raise InputError(f"{spec} has no root; --root applies to {', '.join(n for n, k in REGISTRY.items() if k.rooted)}")
+    return entry.builder(ranks, chunks)
+
+
+def _check_ranks(coll: Collective, ranks: int) -> None:
+    if coll.ranks != ranks:
+        raise CollectiveError(f"{coll.name} is for {coll.ranks} ranks but the topology has {ranks}")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+
+
+def _load_matrix(path: Path) -> list[list[int]]:
+    """A traffic matrix: a JSON list of rows, or {"format": "synth.traffic", "version": 1, "chunks": rows}."""
+    doc = _read_json(path)
+    if isinstance(doc, dict):
+        if doc.get("format") != TRAFFIC_FORMAT or doc.get("version") != 1:
+            raise InputError(f"{path}: expected format {TRAFFIC_FORMAT!r} version 1")
+        doc = doc.get("chunks")
+    if not isinstance(doc, list):
+        raise InputError(f"{path}: a traffic matrix must be a list of rows of chunk counts")
+    return doc
+
+
+def load_custom(path: Path) -> Collective:
+    doc = _read_json(path)
+    if isinstance(doc, dict) and "format" in doc:
+        if doc.get("format") != COLLECTIVE_FORMAT or doc.get("version") != 1:
+            raise InputError(f"{path}: expected format {COLLECTIVE_FORMAT!r} version 1")
+    return Collective.from_dict(doc, where=str(path))

@@ -1,0 +1,102 @@
+"""Join K copies of a one-machine topology through their NICs (the ``NAMExK`` syntax).
+
+Copy m holds ranks m*G .. m*G+G-1 (G = ranks of the base). Its links, groups (renamed ``mM-...``)
+and NICs (``mM-nicI``) are copied. The copies are then joined by a non-blocking fabric: for every
+ordered pair of NICs a, b on different copies there is a link from every rank a serves to every
+rank b serves, with bandwidth min(a, b) and alpha max(a, b). The NICs are the bottleneck: group
+``mM-nicI-out`` holds every fabric link leaving through a NIC, ``mM-nicI-in`` every one arriving
+through it, each with the NIC's bandwidth.
+
+>>> from synth.core.topology import Link, Nic, Topology
+>>> pair = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)), machines=((0, 1),),
+...                 nics=(Nic("nic0", (0, 1), 12.5, 2.6),))
+>>> t = compose(pair, 2)
+>>> t.name, t.ranks, t.machines, t.link(0, 3).bandwidth
+('pairx2', 4, ((0, 1), (2, 3)), 12.5)
+"""
+
+from __future__ import annotations
+
+from synth.core.errors import TopologyError
+from synth.core.topology import Group, Link, Nic, Topology
+
+MAX_LINKS = 1_000_000  # refuse compositions whose link list would be this long
+
+# Library machines without NICs, and the library machine that adds them.
+_NIC_HINTS = {"dgx1": "ndv2"}
+
+
+def compose(base: Topology, k: int) -> Topology:
+    """K copies of ``base`` joined through their NICs; named ``f"{base.name}x{k}"``.
+
+    Raises TopologyError when k < 2, when the base has no NICs or spans several machines, when
+    the result would be too large, or when a fabric link would duplicate another link.
+    """
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise TopologyError(f"compose {base.name}: copy count must be an integer, got {k!r}")
+    if k < 2:
+        raise TopologyError(f"compose {base.name}: needs at least 2 copies, got {k}")
+    if not base.nics:
+        hint = _NIC_HINTS.get(base.name)
+        advice = f"; use {hint}" if hint else "; add 'nics' to its topology file"
+        raise TopologyError(f"{base.name} has no NICs to join copies through{advice}")
+    if base.machine_count > 1:
+        raise TopologyError(
+            f"compose {base.name}: the base must be one machine, it has {base.machine_count}"
+        )
+    size = base.ranks
+    served = sum(len(nic.ranks) for nic in base.nics)
+    fabric_count = k * (k - 1) * served * served
+    if fabric_count + k * len(base.links) > MAX_LINKS:
+        raise TopologyError(
+            f"compose {base.name}x{k}: would have {fabric_count + k * len(base.links)} links, "
+            f"more than the {MAX_LINKS} allowed"
+        )
+
+    links: list[Link] = []
+    groups: list[Group] = []
+    nics: list[Nic] = []
+    for m in range(k):
+        off = m * size
+        links += [Link(l.src + off, l.dst + off, l.bandwidth, l.alpha, l.capacity) for l in base.links]
+        groups += [
+            Group(f"m{m}-{g.name}", tuple((s + off, d + off) for s, d in g.links), g.bandwidth, g.capacity)
+            for g in base.groups
+        ]
+        nics += [
+            Nic(f"m{m}-{n.name}", tuple(r + off for r in n.ranks), n.bandwidth, n.alpha) for n in base.nics
+        ]
+
+    seen = {l.key for l in links}
+    fabric: list[Link] = []
+    out_keys: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(nics))}
+    in_keys: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(nics))}
+    per_copy = len(base.nics)
+    for ia, a in enumerate(nics):
+        for ib, b in enumerate(nics):
+            if ia // per_copy == ib // per_copy:
+                continue
+            bandwidth = min(a.bandwidth, b.bandwidth)
+            alpha = max(a.alpha, b.alpha)
+            keys = [(r, s) for r in a.ranks for s in b.ranks]
+            for key in keys:
+                if key in seen:
+                    raise TopologyError(
+                        f"compose {base.name}x{k}: fabric link {key[0]}->{key[1]} (NIC {a.name} to "
+                        f"{b.name}) duplicates another link; does a rank sit behind two NICs?"
+                    )
+                seen.add(key)
+            fabric += [Link(r, s, bandwidth, alpha) for r, s in keys]
+            out_keys[ia] += keys
+            in_keys[ib] += keys
+    for i, nic in enumerate(nics):
+        groups.append(Group(f"{nic.name}-out", tuple(out_keys[i]), nic.bandwidth))
+        groups.append(Group(f"{nic.name}-in", tuple(in_keys[i]), nic.bandwidth))
+
+    machines = tuple(tuple(range(m * size, (m + 1) * size)) for m in range(k))
+    sources = tuple(base.sources) + (
+        f"composed: {k} copies of {base.name} joined by a non-blocking fabric through their NICs; "
+        "fabric link = min of the two NIC bandwidths, max of their alphas (synth.core.compose)",
+    )
+    return Topology(f"{base.name}x{k}", size * k, tuple(links + fabric), tuple(groups), machines,
+                    tuple(nics), sources)

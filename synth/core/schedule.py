@@ -1,0 +1,164 @@
+"""Schedule: steps of sends over a topology for a collective; SolveResult for solvers.
+
+The semantics (DESIGN.md): all sends of a step read the state at the step's start and land at
+its end; ``copy`` overwrites the destination's copy, ``reduce`` adds the sender's partial.
+
+>>> s = Send(chunk=0, src=0, dst=1)
+>>> Step(sends=(s,), rounds=1).sends[0].op
+'copy'
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from synth.core.collective import Collective
+from synth.core.errors import ScheduleFormatError
+from synth.core.topology import Topology
+
+SCHEDULE_FORMAT = "synth.schedule"
+SCHEDULE_VERSION = 1
+OPS = ("copy", "reduce")
+
+
+@dataclass(frozen=True, order=True)
+class Send:
+    """Move chunk ``chunk`` from ``src`` to ``dst``; ``op`` is ``copy`` or ``reduce``."""
+
+    chunk: int
+    src: int
+    dst: int
+    op: str = "copy"
+
+
+@dataclass(frozen=True)
+class Step:
+    """Sends that run concurrently; ``rounds`` (k-synchronous budget) may be None."""
+
+    sends: tuple[Send, ...]
+    rounds: int | None = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sends", tuple(self.sends))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A complete algorithm: the topology, the collective, the steps, and free-form meta."""
+
+    topology: Topology
+    collective: Collective
+    steps: tuple[Step, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+
+    @property
+    def total_rounds(self) -> int | None:
+        if any(step.rounds is None for step in self.steps):
+            return None
+        return sum(step.rounds for step in self.steps)  # type: ignore[misc]
+
+    @property
+    def send_count(self) -> int:
+        return sum(len(step.sends) for step in self.steps)
+
+    def with_meta(self, **extra: Any) -> "Schedule":
+        return Schedule(self.topology, self.collective, self.steps, {**self.meta, **extra})
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "format": SCHEDULE_FORMAT,
+            "version": SCHEDULE_VERSION,
+            "topology": self.topology.to_dict(),
+            "collective": self.collective.to_dict(),
+            "steps": [_step_dict(step) for step in self.steps],
+        }
+        if self.meta:
+            doc["meta"] = dict(self.meta)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "schedule") -> "Schedule":
+        """Parse a synth.schedule v1 document (no verification; see io.load_schedule)."""
+        if not isinstance(doc, dict):
+            raise ScheduleFormatError(f"{where}: expected a JSON object")
+        if doc.get("format") != SCHEDULE_FORMAT:
+            raise ScheduleFormatError(
+                f"{where}: 'format' must be {SCHEDULE_FORMAT!r}, got {doc.get('format')!r}"
+            )
+        if doc.get("version") != SCHEDULE_VERSION:
+            raise ScheduleFormatError(
+                f"{where}: unsupported {SCHEDULE_FORMAT} version {doc.get('version')!r} "
+                f"(this synth reads version {SCHEDULE_VERSION})"
+            )
+        for key in ("topology", "collective", "steps"):
+            if key not in doc:
+                raise ScheduleFormatError(f"{where}: missing field {key!r}")
+        topology = Topology.from_dict(doc["topology"], where=f"{where}: topology")
+        collective = Collective.from_dict(doc["collective"], where=f"{where}: collective")
+        if not isinstance(doc["steps"], list):
+            raise ScheduleFormatError(f"{where}: 'steps' must be a list")
+        steps = tuple(_parse_step(item, index, where) for index, item in enumerate(doc["steps"]))
+        meta = doc.get("meta", {})
+        if not isinstance(meta, dict):
+            raise ScheduleFormatError(f"{where}: 'meta' must be an object")
+        return cls(topology, collective, steps, meta)
+
+
+def _step_dict(step: Step) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if step.rounds is not None:
+        out["rounds"] = step.rounds
+    out["sends"] = [
+        {"chunk": s.chunk, "src": s.src, "dst": s.dst, "op": s.op} for s in step.sends
+    ]
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_step(item: Any, index: int, where: str) -> Step:
+    if not isinstance(item, dict) or not isinstance(item.get("sends"), list):
+        raise ScheduleFormatError(f"{where}: step {index} must be an object with a 'sends' list")
+    rounds = item.get("rounds")
+    if rounds is not None and not _is_int(rounds):
+        raise ScheduleFormatError(f"{where}: step {index}: 'rounds' must be an integer")
+    sends = []
+    for send in item["sends"]:
+        if not isinstance(send, dict):
+            raise ScheduleFormatError(f"{where}: step {index}: every send must be an object")
+        for key in ("chunk", "src", "dst"):
+            if not _is_int(send.get(key)):
+                raise ScheduleFormatError(
+                    f"{where}: step {index}: send field {key!r} must be an integer, got {send.get(key)!r}"
+                )
+        op = send.get("op", "copy")
+        if op not in OPS:
+            raise ScheduleFormatError(f"{where}: step {index}: op must be 'copy' or 'reduce', got {op!r}")
+        sends.append(Send(send["chunk"], send["src"], send["dst"], op))
+    return Step(tuple(sends), rounds)
+
+
+class Status(enum.Enum):
+    """How a solve ended. Only INFEASIBLE proves anything negative."""
+
+    SOLVED = "solved"
+    INFEASIBLE = "infeasible"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """A solver's answer: status, schedule when SOLVED (or a flagged TIMEOUT incumbent)."""
+
+    status: Status
+    schedule: Schedule | None = None
+    seconds: float = 0.0
+    message: str = ""

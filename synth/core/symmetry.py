@@ -1,0 +1,134 @@
+"""Topology automorphisms and the chunk permutations they induce on a collective.
+
+An automorphism maps ranks to ranks so that links (with their capacities and alphas) and
+groups map onto links and groups of the same kind. It is a symmetry of a collective when it
+maps every class of chunks (same pre, same post) onto a class of the same size; chunk i of a
+class goes to chunk i of the image class. Solvers use these to tie symmetric chunks' routes.
+
+>>> from synth.core.generators import ring
+>>> from synth.core.collectives import allgather
+>>> syms = collective_symmetries(ring(4), allgather(4))
+>>> len(syms), syms[0].ranks
+(4, (0, 1, 2, 3))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+from networkx.algorithms.isomorphism import DiGraphMatcher
+
+from synth.core.collective import Collective
+from synth.core.topology import Topology
+
+
+@dataclass(frozen=True)
+class Symmetry:
+    """``ranks[r]`` is the image of rank r; ``chunks[c]`` the image of chunk c."""
+
+    ranks: tuple[int, ...]
+    chunks: tuple[int, ...]
+
+    @property
+    def is_identity(self) -> bool:
+        return all(i == r for i, r in enumerate(self.ranks))
+
+
+def rotation_group(topology: Topology) -> list[tuple[int, ...]]:
+    """The largest cyclic group of rank rotations r -> (r + k) mod n (per machine for
+    multi-machine topologies, r -> its machine's next copy) that are automorphisms."""
+    n = topology.ranks
+    candidates = []
+    for k in range(1, n):
+        if n % k == 0 or k == 1:
+            candidates.append(tuple((r + k) % n for r in range(n)))
+    best: list[tuple[int, ...]] = []
+    for perm in candidates:
+        if not _is_automorphism(topology, perm):
+            continue
+        group = [tuple(range(n))]
+        while True:
+            nxt = tuple(perm[r] for r in group[-1])
+            if nxt == group[0]:
+                break
+            group.append(nxt)
+        if len(group) > len(best):
+            best = group
+    return best
+
+
+def _is_automorphism(topology: Topology, perm: tuple[int, ...]) -> bool:
+    for link in topology.links:
+        image = topology.link(perm[link.src], perm[link.dst])
+        if image is None or (image.bandwidth, image.alpha, image.capacity) != (link.bandwidth, link.alpha, link.capacity):
+            return False
+    groups = {frozenset(g.links): (g.bandwidth, g.capacity) for g in topology.groups}
+    return not groups or _preserves_groups(perm, groups)
+
+
+def automorphisms(topology: Topology, limit: int = 64) -> list[tuple[int, ...]]:
+    """Up to ``limit`` rank permutations that preserve links (capacity, alpha) and groups."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(topology.ranks))
+    for link in topology.links:
+        graph.add_edge(link.src, link.dst, kind=(link.bandwidth, link.alpha, link.capacity))
+    groups = {frozenset(g.links): (g.bandwidth, g.capacity) for g in topology.groups}
+    matcher = DiGraphMatcher(graph, graph, edge_match=lambda a, b: a["kind"] == b["kind"])
+    found: list[tuple[int, ...]] = []
+    for mapping in matcher.isomorphisms_iter():
+        perm = tuple(mapping[r] for r in range(topology.ranks))
+        if groups and not _preserves_groups(perm, groups):
+            continue
+        found.append(perm)
+        if len(found) >= limit:
+            break
+    return found
+
+
+def _preserves_groups(perm: tuple[int, ...], groups: dict) -> bool:
+    for links, kind in groups.items():
+        image = frozenset((perm[a], perm[b]) for a, b in links)
+        if groups.get(image) != kind:
+            return False
+    return True
+
+
+def chunk_permutation(collective: Collective, perm: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The chunk permutation ``perm`` induces, or None when it does not preserve the collective."""
+    classes: dict[tuple[frozenset, frozenset], list[int]] = {}
+    for c, key in enumerate(zip(collective.pre, collective.post)):
+        classes.setdefault(key, []).append(c)
+    image = [0] * collective.chunks
+    for (pre, post), members in classes.items():
+        target = classes.get((frozenset(perm[r] for r in pre), frozenset(perm[r] for r in post)))
+        if target is None or len(target) != len(members):
+            return None
+        for c, d in zip(members, target):
+            image[c] = d
+    return tuple(image)
+
+
+def collective_symmetries(topology: Topology, collective: Collective, limit: int = 64) -> list[Symmetry]:
+    """Automorphisms of the topology that also preserve the collective (identity first).
+
+    Uses the largest cyclic rotation group when there is one (its orbits are big and even),
+    otherwise up to ``limit`` automorphisms found by graph matching."""
+    out = []
+    perms = rotation_group(topology)
+    if len(perms) <= 2:
+        perms = automorphisms(topology, limit)
+    for perm in perms:
+        chunks = chunk_permutation(collective, perm)
+        if chunks is not None:
+            out.append(Symmetry(perm, chunks))
+    out.sort(key=lambda s: not s.is_identity)
+    return out
+
+
+def interchangeable_chunks(collective: Collective) -> list[list[int]]:
+    """Classes of chunks with identical pre and post (any schedule may relabel them)."""
+    classes: dict[tuple[frozenset, frozenset], list[int]] = {}
+    for c, key in enumerate(zip(collective.pre, collective.post)):
+        classes.setdefault(key, []).append(c)
+    return [members for members in classes.values() if len(members) > 1]

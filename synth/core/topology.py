@@ -1,0 +1,403 @@
+"""Topology: ranks joined by directed links, with shared-capacity groups.
+
+Units: bandwidth in GB/s (10^9 bytes/s, one direction), alpha in microseconds.
+
+>>> t = Topology.from_dict({"format": "synth.topology", "version": 1, "name": "pair",
+...     "ranks": 2, "links": [{"src": 0, "dst": 1, "bandwidth": 25.0, "alpha": 0.7},
+...                           {"src": 1, "dst": 0, "bandwidth": 25.0, "alpha": 0.7}]})
+>>> t.link(0, 1).bandwidth, t.link_capacity(t.link(0, 1))
+(25.0, 1)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Iterable, Mapping
+
+from synth.core.errors import TopologyError
+
+TOPOLOGY_FORMAT = "synth.topology"
+TOPOLOGY_VERSION = 1
+
+_WHOLE_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a physical connection."""
+
+    src: int
+    dst: int
+    bandwidth: float
+    alpha: float = 0.0
+    capacity: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.src, self.dst)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Links that share one capacity (a switch port, a NIC, a PCIe switch)."""
+
+    name: str
+    links: tuple[tuple[int, int], ...]
+    bandwidth: float
+    capacity: int | None = None
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network interface of one machine, used to join machines (``dgx1x2``).
+
+    ``ranks`` are the GPUs that reach the fabric through it.
+    """
+
+    name: str
+    ranks: tuple[int, ...]
+    bandwidth: float
+    alpha: float = 0.0
+
+
+def _whole(value: float) -> int | None:
+    nearest = round(value)
+    if nearest >= 1 and abs(value - nearest) <= _WHOLE_TOLERANCE * max(1.0, value):
+        return int(nearest)
+    return None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A machine description, validated on construction (raises TopologyError)."""
+
+    name: str
+    ranks: int
+    links: tuple[Link, ...]
+    groups: tuple[Group, ...] = ()
+    machines: tuple[tuple[int, ...], ...] | None = None
+    nics: tuple[Nic, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "links", tuple(self.links))
+        object.__setattr__(self, "groups", tuple(self.groups))
+        object.__setattr__(self, "nics", tuple(self.nics))
+        object.__setattr__(self, "sources", tuple(self.sources))
+        if self.machines is not None:
+            object.__setattr__(self, "machines", tuple(tuple(m) for m in self.machines))
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        where = f"topology {self.name!r}"
+        if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 1:
+            raise TopologyError(f"{where}: 'ranks' must be a positive integer, got {self.ranks!r}")
+        if not self.links and self.ranks > 1:
+            raise TopologyError(f"{where}: has {self.ranks} ranks but no links")
+        seen: set[tuple[int, int]] = set()
+        for link in self.links:
+            self._check_rank(link.src, f"link {link.src}->{link.dst}")
+            self._check_rank(link.dst, f"link {link.src}->{link.dst}")
+            if link.src == link.dst:
+                raise TopologyError(f"{where}: self-loop link {link.src}->{link.dst}")
+            if link.key in seen:
+                raise TopologyError(f"{where}: duplicate link {link.src}->{link.dst}")
+            seen.add(link.key)
+            _check_positive(link.bandwidth, f"{where}: link {link.src}->{link.dst} bandwidth")
+            if not _is_number(link.alpha) or link.alpha < 0 or not math.isfinite(link.alpha):
+                raise TopologyError(
+                    f"{where}: link {link.src}->{link.dst} alpha must be a number >= 0, got {link.alpha!r}"
+                )
+            _check_capacity(link.capacity, f"{where}: link {link.src}->{link.dst}")
+        names: set[str] = set()
+        for group in self.groups:
+            if group.name in names:
+                raise TopologyError(f"{where}: duplicate group name {group.name!r}")
+            names.add(group.name)
+            if not group.links:
+                raise TopologyError(f"{where}: group {group.name!r} has no links")
+            for key in group.links:
+                if key not in seen:
+                    raise TopologyError(
+                        f"{where}: group {group.name!r} names {key[0]}->{key[1]}, which is not a link"
+                    )
+            if len(set(group.links)) != len(group.links):
+                raise TopologyError(f"{where}: group {group.name!r} lists a link twice")
+            _check_positive(group.bandwidth, f"{where}: group {group.name!r} bandwidth")
+            _check_capacity(group.capacity, f"{where}: group {group.name!r}")
+        if self.machines is not None:
+            placed: set[int] = set()
+            for machine in self.machines:
+                if not machine:
+                    raise TopologyError(f"{where}: an empty machine in 'machines'")
+                for rank in machine:
+                    self._check_rank(rank, "machines")
+                    if rank in placed:
+                        raise TopologyError(f"{where}: rank {rank} is in two machines")
+                    placed.add(rank)
+            if len(placed) != self.ranks:
+                missing = sorted(set(range(self.ranks)) - placed)
+                raise TopologyError(f"{where}: ranks {_short(missing)} are in no machine")
+        for nic in self.nics:
+            if not nic.ranks:
+                raise TopologyError(f"{where}: NIC {nic.name!r} serves no rank")
+            for rank in nic.ranks:
+                self._check_rank(rank, f"NIC {nic.name!r}")
+            _check_positive(nic.bandwidth, f"{where}: NIC {nic.name!r} bandwidth")
+
+    def _check_rank(self, rank: Any, what: str) -> None:
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.ranks:
+            raise TopologyError(
+                f"topology {self.name!r}: {what}: rank {rank!r} out of range 0..{self.ranks - 1}"
+            )
+
+    # ------------------------------------------------------------------ queries
+    @cached_property
+    def _link_map(self) -> dict[tuple[int, int], Link]:
+        return {link.key: link for link in self.links}
+
+    def link(self, src: int, dst: int) -> Link | None:
+        """The link src->dst, or None."""
+        return self._link_map.get((src, dst))
+
+    def has_link(self, src: int, dst: int) -> bool:
+        return (src, dst) in self._link_map
+
+    @cached_property
+    def out_links(self) -> tuple[tuple[Link, ...], ...]:
+        out: list[list[Link]] = [[] for _ in range(self.ranks)]
+        for link in self.links:
+            out[link.src].append(link)
+        return tuple(tuple(ls) for ls in out)
+
+    @cached_property
+    def in_links(self) -> tuple[tuple[Link, ...], ...]:
+        into: list[list[Link]] = [[] for _ in range(self.ranks)]
+        for link in self.links:
+            into[link.dst].append(link)
+        return tuple(tuple(ls) for ls in into)
+
+    @cached_property
+    def groups_of_link(self) -> Mapping[tuple[int, int], tuple[Group, ...]]:
+        found: dict[tuple[int, int], list[Group]] = {}
+        for group in self.groups:
+            for key in group.links:
+                found.setdefault(key, []).append(group)
+        return {key: tuple(gs) for key, gs in found.items()}
+
+    @cached_property
+    def min_link_bandwidth(self) -> float:
+        return min((link.bandwidth for link in self.links), default=1.0)
+
+    def link_capacity(self, link: Link) -> int | None:
+        """Chunks per round on a link; None when bandwidth is not a whole multiple."""
+        if link.capacity is not None:
+            return link.capacity
+        return _whole(link.bandwidth / self.min_link_bandwidth)
+
+    def group_capacity(self, group: Group) -> int | None:
+        """Chunks per round through a group; None when not a whole number."""
+        if group.capacity is not None:
+            return group.capacity
+        return _whole(group.bandwidth / self.min_link_bandwidth)
+
+    @cached_property
+    def rounds_apply(self) -> bool:
+        """True when every link and group has a whole capacity (k-synchronous model)."""
+        return all(self.link_capacity(l) is not None for l in self.links) and all(
+            self.group_capacity(g) is not None for g in self.groups
+        )
+
+    @cached_property
+    def machine_of(self) -> tuple[int, ...]:
+        """Machine index of every rank (all 0 without ``machines``)."""
+        owner = [0] * self.ranks
+        for index, machine in enumerate(self.machines or ()):
+            for rank in machine:
+                owner[rank] = index
+        return tuple(owner)
+
+    @property
+    def machine_count(self) -> int:
+        return len(self.machines) if self.machines else 1
+
+    def distances_from(self, start: int) -> tuple[float, ...]:
+        """Fewest links from ``start`` to every rank (math.inf when unreachable): one BFS."""
+        dist = [math.inf] * self.ranks
+        dist[start] = 0
+        queue = deque([start])
+        while queue:
+            node = queue.popleft()
+            for link in self.out_links[node]:
+                if dist[link.dst] == math.inf:
+                    dist[link.dst] = dist[node] + 1
+                    queue.append(link.dst)
+        return tuple(dist)
+
+    @cached_property
+    def hop_distances(self) -> tuple[tuple[float, ...], ...]:
+        """dist[a][b]: fewest links from a to b (math.inf when unreachable)."""
+        return tuple(self.distances_from(start) for start in range(self.ranks))
+
+    def reversed(self) -> "Topology":
+        """The same machine with every link and group pointing the other way."""
+        return Topology(
+            name=self.name[: -len("-reversed")] if self.name.endswith("-reversed") else f"{self.name}-reversed",
+            ranks=self.ranks,
+            links=tuple(
+                Link(l.dst, l.src, l.bandwidth, l.alpha, l.capacity) for l in self.links
+            ),
+            groups=tuple(
+                Group(g.name, tuple((d, s) for s, d in g.links), g.bandwidth, g.capacity)
+                for g in self.groups
+            ),
+            machines=self.machines,
+            nics=self.nics,
+            sources=self.sources,
+        )
+
+    def renamed(self, name: str) -> "Topology":
+        return Topology(name, self.ranks, self.links, self.groups, self.machines, self.nics, self.sources)
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "format": TOPOLOGY_FORMAT,
+            "version": TOPOLOGY_VERSION,
+            "name": self.name,
+            "ranks": self.ranks,
+            "links": [_link_dict(l) for l in self.links],
+        }
+        if self.groups:
+            doc["groups"] = [_group_dict(g) for g in self.groups]
+        if self.machines is not None:
+            doc["machines"] = [list(m) for m in self.machines]
+        if self.nics:
+            doc["nics"] = [
+                {"name": n.name, "ranks": list(n.ranks), "bandwidth": n.bandwidth, "alpha": n.alpha}
+                for n in self.nics
+            ]
+        if self.sources:
+            doc["sources"] = list(self.sources)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "topology") -> "Topology":
+        """Parse a synth.topology v1 document; raises TopologyError with one clear line."""
+        if not isinstance(doc, dict):
+            raise TopologyError(f"{where}: expected a JSON object")
+        if doc.get("format") != TOPOLOGY_FORMAT:
+            raise TopologyError(
+                f"{where}: 'format' must be {TOPOLOGY_FORMAT!r}, got {doc.get('format')!r}"
+            )
+        if doc.get("version") != TOPOLOGY_VERSION:
+            raise TopologyError(
+                f"{where}: unsupported {TOPOLOGY_FORMAT} version {doc.get('version')!r} "
+                f"(this synth reads version {TOPOLOGY_VERSION})"
+            )
+        name = doc.get("name", "unnamed")
+        if not isinstance(name, str):
+            raise TopologyError(f"{where}: 'name' must be a string")
+        ranks = _require(doc, "ranks", where)
+        links_doc = _require(doc, "links", where)
+        if not isinstance(links_doc, list):
+            raise TopologyError(f"{where}: 'links' must be a list")
+        links = tuple(_parse_link(item, where) for item in links_doc)
+        groups = tuple(_parse_group(item, where) for item in _list_field(doc, "groups", where))
+        machines_doc = doc.get("machines")
+        machines = None
+        if machines_doc is not None:
+            if not isinstance(machines_doc, list) or not all(isinstance(m, list) for m in machines_doc):
+                raise TopologyError(f"{where}: 'machines' must be a list of rank lists")
+            machines = tuple(tuple(m) for m in machines_doc)
+        nics = tuple(_parse_nic(item, where) for item in _list_field(doc, "nics", where))
+        sources = _list_field(doc, "sources", where)
+        if not all(isinstance(s, str) for s in sources):
+            raise TopologyError(f"{where}: 'sources' must be a list of strings")
+        return cls(name, ranks, links, groups, machines, nics, tuple(sources))
+
+
+# ---------------------------------------------------------------------- helpers
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_positive(value: Any, what: str) -> None:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise TopologyError(f"{what} must be a positive number, got {value!r}")
+
+
+def _check_capacity(value: Any, what: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise TopologyError(f"{what}: capacity must be a positive integer, got {value!r}")
+
+
+def _short(items: Iterable[Any], limit: int = 12) -> str:
+    items = list(items)
+    text = ", ".join(str(i) for i in items[:limit])
+    return text + (f", ... ({len(items)} in all)" if len(items) > limit else "")
+
+
+def _require(doc: dict, key: str, where: str) -> Any:
+    if key not in doc:
+        raise TopologyError(f"{where}: missing field {key!r}")
+    return doc[key]
+
+
+def _list_field(doc: dict, key: str, where: str) -> list:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise TopologyError(f"{where}: {key!r} must be a list")
+    return value
+
+
+def _parse_link(item: Any, where: str) -> Link:
+    if not isinstance(item, dict):
+        raise TopologyError(f"{where}: every link must be an object")
+    for key in ("src", "dst", "bandwidth"):
+        if key not in item:
+            raise TopologyError(f"{where}: a link is missing {key!r}: {item}")
+    alpha = item.get("alpha", 0.0)
+    return Link(item["src"], item["dst"], item["bandwidth"], alpha, item.get("capacity"))
+
+
+def _parse_group(item: Any, where: str) -> Group:
+    if not isinstance(item, dict):
+        raise TopologyError(f"{where}: every group must be an object")
+    for key in ("name", "links", "bandwidth"):
+        if key not in item:
+            raise TopologyError(f"{where}: a group is missing {key!r}")
+    pairs = item["links"]
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 for p in pairs
+    ):
+        raise TopologyError(f"{where}: group {item['name']!r}: 'links' must be [src, dst] pairs")
+    return Group(str(item["name"]), tuple((p[0], p[1]) for p in pairs), item["bandwidth"], item.get("capacity"))
+
+
+def _parse_nic(item: Any, where: str) -> Nic:
+    if not isinstance(item, dict) or not {"name", "ranks", "bandwidth"} <= set(item):
+        raise TopologyError(f"{where}: every NIC needs 'name', 'ranks' and 'bandwidth'")
+    if not isinstance(item["ranks"], list):
+        raise TopologyError(f"{where}: NIC {item['name']!r}: 'ranks' must be a list")
+    return Nic(str(item["name"]), tuple(item["ranks"]), item["bandwidth"], item.get("alpha", 0.0))
+
+
+def _link_dict(link: Link) -> dict[str, Any]:
+    out: dict[str, Any] = {"src": link.src, "dst": link.dst, "bandwidth": link.bandwidth, "alpha": link.alpha}
+    if link.capacity is not None:
+        out["capacity"] = link.capacity
+    return out
+
+
+def _group_dict(group: Group) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": group.name, "links": [list(k) for k in group.links], "bandwidth": group.bandwidth}
+    if group.capacity is not None:
+        out["capacity"] = group.capacity
+    return out

@@ -1,0 +1,1 @@
+"""Pipelined greedy scheduler for machines too big for exact search."""

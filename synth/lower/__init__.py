@@ -1,0 +1,1 @@
+"""Lowering: Schedule -> Program (buffers, values and transfers, thread blocks and dependencies)."""

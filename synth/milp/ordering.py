@@ -1,0 +1,420 @@
+"""Ordering stage: which sends go in which step, one step at a time, by a max-weight LP.
+
+Every step is one round: each link carries at most its capacity, each group (NIC, switch
+port) at most its capacity, and each (rank, chunk) is written at most once. Among the sends
+that are possible now (the sender holds the chunk, the receiver lacks it and either needs it
+or is closer to a rank that does, over the links the sketch allows), the step takes a set of
+maximum total weight: a small transportation LP (HiGHS, or CBC through PuLP), solved exactly
+and rounded to whole sends. The weights carry the schedule's long-range goals:
+
+- a chunk delivered where it is needed is worth more than a relay hop;
+- a chunk that is rare (in the receiver's machine, and overall) is worth more: it gives the
+  next steps more senders;
+- a receiver that still needs many chunks is worth more: ports finish together, no tail;
+- a crossing on a link the routing stage planned to use is worth more while the link is
+  behind its planned share.
+
+Candidates are pruned to the best few per link before the LP (the LP stays small at 128 GPUs).
+
+>>> from synth.core.generators import ring
+>>> from synth.core.collectives import allgather
+>>> from synth.verify import verify
+>>> s = order_sends(ring(4), allgather(4, 2), OrderingRules.of(ring(4)))
+>>> verify(s), len(s.steps)
+([], 3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from synth.milp.lp import solve_lp_solution
+from synth.milp.finish import finish_assignment, groups_of
+from synth.core.collective import Collective
+from synth.core.errors import InputError
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Topology
+from synth.verify import verify
+
+_INF = np.inf
+FINISH_LIMIT = 4000  # remaining needs up to which the last step is solved exactly (a MILP)
+PRUNE_FACTOR = 3  # candidates kept per link: this many times its capacity,
+PRUNE_MIN = 16  # and at least this many (slow links see the same few best chunks from every sender)
+
+
+@dataclass(frozen=True, eq=False)
+class OrderingRules:
+    """What the sketch and the routing stage allow and prefer, as arrays over link indices.
+
+    ``allowed[l]``: link l may be used at all. ``carries``: for each link, None (any chunk) or
+    the ranks whose chunks it may carry (by origin). ``peers``: with a switch sketch of few
+    peers, how many distinct intra-machine destinations a rank may send to in one step.
+    ``planned``: copies the routing stage planned on each link (0 = no plan), which the
+    ordering favours while a link is behind its share.
+    """
+
+    allowed: np.ndarray
+    carries: tuple[frozenset[int] | None, ...]
+    peers: int | None = None
+    planned: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, topology: Topology) -> "OrderingRules":
+        """No restriction: every link, any chunk."""
+        return cls(np.ones(len(topology.links), dtype=bool), (None,) * len(topology.links))
+
+
+def order_sends(
+    topology: Topology,
+    collective: Collective,
+    rules: OrderingRules,
+    solver: str = "highs",
+    progress: Callable[[int, int], None] | None = None,
+    max_steps: int | None = None,
+    block: int = 1,
+) -> Schedule:
+    """A verified one-round-per-step schedule for a non-combining collective.
+
+    ``block`` > 1: a rank forwards only what it held when the current block of ``block`` steps
+    began, so every block can be merged into one step of ``block`` rounds by the timing stage
+    (alpha paid once per block instead of once per round).
+    """
+    if not isinstance(block, int) or block < 1:
+        raise InputError(f"block must be a positive integer, got {block!r}")
+    if collective.combining:
+        raise InputError("the ordering stage takes a non-combining collective (reduce by duality)")
+    if not topology.rounds_apply:
+        raise InputError(f"{topology.name}: capacities are not whole numbers; the router needs them")
+    collective.check_on(topology)
+    state = _State.start(topology, collective, rules)
+    limit = max_steps or 8 * (collective.chunks + topology.ranks) + 64
+    steps: list[Step] = []
+    while state.need.any():
+        if len(steps) >= limit:
+            raise RuntimeError(f"ordering did not finish in {limit} steps (a bug)")
+        if len(steps) % block == 0:
+            state.sendable = state.holds.copy()
+        sends = state.finishing_sends(solver)
+        if sends is None:
+            sends = state.step_sends(len(steps), solver)
+        if not sends:
+            raise RuntimeError("ordering is stuck: no useful send is possible (a bug)")
+        state.apply(sends)
+        steps.append(Step(tuple(sorted(sends)), 1))
+        if progress is not None:
+            progress(len(steps), int(state.need.sum()))
+    schedule = Schedule(topology, collective, tuple(steps),
+                        {"synthesizer": "milp", "stage": "ordering",
+                         "chunks_per_rank": collective.chunks_per_rank})
+    problems = verify(schedule)
+    if problems:
+        raise RuntimeError(f"ordering built an invalid schedule (a bug): {problems[0]}")
+    return schedule
+
+
+@dataclass(eq=False)
+class _State:
+    """Who holds and needs what, and the static arrays of the topology."""
+
+    topology: Topology
+    rules: OrderingRules
+    holds: np.ndarray        # [rank, chunk] bool
+    need: np.ndarray         # [rank, chunk] bool: in post, not yet held
+    src: np.ndarray          # [link]
+    dst: np.ndarray          # [link]
+    cap: np.ndarray          # [link] chunks per round
+    cross: np.ndarray        # [link] joins two machines
+    machine: np.ndarray      # [rank]
+    group_rows: list[np.ndarray]  # per link: indices of its groups
+    group_cap: np.ndarray
+    dist: np.ndarray         # [rank, rank] hops over allowed links
+    carry_mask: np.ndarray   # [link, chunk] bool
+    used: np.ndarray         # [link] sends so far
+    intra_peers: list[list[int]]  # per rank: its intra-machine destinations, in rotation order
+    sendable: np.ndarray | None = None  # [rank, chunk]: held when the current block began
+    _in_cap: np.ndarray | None = None
+
+    @classmethod
+    def start(cls, topo: Topology, coll: Collective, rules: OrderingRules) -> "_State":
+        ranks, chunks = topo.ranks, coll.chunks
+        holds = np.zeros((ranks, chunks), dtype=bool)
+        post = np.zeros((ranks, chunks), dtype=bool)
+        for c, (pre, want) in enumerate(zip(coll.pre, coll.post)):
+            holds[list(pre), c] = True
+            post[list(want), c] = True
+        src = np.array([l.src for l in topo.links], dtype=np.int64)
+        dst = np.array([l.dst for l in topo.links], dtype=np.int64)
+        machine = np.array(topo.machine_of, dtype=np.int64)
+        group_index = {g.name: i for i, g in enumerate(topo.groups)}
+        group_rows = [np.array([group_index[g.name] for g in topo.groups_of_link.get(l.key, ())], dtype=np.int64)
+                      for l in topo.links]
+        origin = _origins(coll, ranks)
+        carry_mask = np.ones((len(topo.links), chunks), dtype=bool)
+        for i, allowed_origins in enumerate(rules.carries):
+            if allowed_origins is not None:
+                carry_mask[i] = np.isin(origin, sorted(allowed_origins))
+        carry_mask &= rules.allowed[:, None]
+        peers: list[list[int]] = [[] for _ in range(ranks)]
+        for l in topo.links:
+            if machine[l.src] == machine[l.dst]:
+                peers[l.src].append(l.dst)
+        for r in range(ranks):  # rotation order: the next ranks after r, wrapping around
+            peers[r].sort(key=lambda d, r=r: (d - r) % ranks)
+        return cls(
+            topology=topo, rules=rules, holds=holds, need=post & ~holds, src=src, dst=dst,
+            cap=np.array([topo.link_capacity(l) for l in topo.links], dtype=float),
+            cross=machine[src] != machine[dst], machine=machine, group_rows=group_rows,
+            group_cap=np.array([topo.group_capacity(g) for g in topo.groups], dtype=float),
+            dist=_hop_matrix(ranks, src[rules.allowed], dst[rules.allowed]),
+            carry_mask=carry_mask, used=np.zeros(len(topo.links)), intra_peers=peers,
+        )
+
+    # ------------------------------------------------------------------ one step
+    def step_sends(self, index: int, solver: str) -> list[Send]:
+        candidates = self._candidates(index)
+        links, chunks = np.nonzero(candidates)
+        if len(links) == 0:
+            return []
+        weight = self._weights(links, chunks, index)
+        keep = _prune(links, weight, np.maximum(PRUNE_FACTOR * self.cap, PRUNE_MIN))
+        links, chunks, weight = links[keep], chunks[keep], weight[keep]
+        take = self._assign(links, chunks, weight, solver)
+        return [Send(int(c), int(self.src[l]), int(self.dst[l])) for l, c in zip(links[take], chunks[take])]
+
+    def finishing_sends(self, solver: str) -> list[Send] | None:
+        """The last step, when every remaining need can be met within one round from current
+        holders: the assignment that minimises the step's longest resource time (a small MILP),
+        so the final step is as short as it can be instead of a full round."""
+        need_ranks, need_chunks = np.nonzero(self.need)
+        if len(need_ranks) == 0 or len(need_ranks) > FINISH_LIMIT:
+            return None
+        candidates = self.holds[self.src] & self.need[self.dst] & self.carry_mask
+        links, chunks = np.nonzero(candidates)
+        write_key = self.dst[links] * self.holds.shape[1] + chunks
+        needed_key = need_ranks * self.holds.shape[1] + need_chunks
+        if not np.isin(needed_key, write_key).all():
+            return None  # some rank needs a chunk no neighbour holds yet
+        if not (self.need.sum(axis=1) <= self._in_capacity()).all():
+            return None  # some rank cannot take all it needs in one round
+        plan = finish_assignment(links, chunks, write_key, needed_key, self.cap, self.group_rows,
+                                 self.group_cap, solver)
+        if plan is None:
+            return None
+        take, rounds = plan
+        if rounds > 1.0 + 1e-9:
+            return None
+        return [Send(int(c), int(self.src[l]), int(self.dst[l])) for l, c in zip(links[take], chunks[take])]
+
+    def _in_capacity(self) -> np.ndarray:
+        """[rank]: at most how many chunks a rank can receive in one round. Each in-link is
+        charged to one of its groups (the one holding most of the rank's in-links) or to
+        itself; a group passes at most its capacity, a link at most its own."""
+        if self._in_cap is not None:
+            return self._in_cap
+        ranks = self.holds.shape[0]
+        total = np.zeros(ranks)
+        for b in range(ranks):
+            mine = np.nonzero(self.dst == b)[0]
+            share: dict[int, int] = {}
+            for i in mine:
+                for g in self.group_rows[i]:
+                    share[int(g)] = share.get(int(g), 0) + 1
+            charged: dict[int, float] = {}
+            for i in mine:
+                groups = [int(g) for g in self.group_rows[i]]
+                if not groups:
+                    total[b] += self.cap[i]
+                    continue
+                g = max(groups, key=lambda g: (share[g], -self.group_cap[g]))
+                charged[g] = charged.get(g, 0.0) + self.cap[i]
+            total[b] += sum(min(load, self.group_cap[g]) for g, load in charged.items())
+        self._in_cap = total
+        return total
+
+    def _candidates(self, index: int) -> np.ndarray:
+        """[link, chunk]: the sender holds it, the receiver lacks it and needs it or is closer."""
+        src, dst = self.src, self.dst
+        lacking = ~self.holds[dst]
+        useful = self.need[dst]
+        if not (self.need | self.holds).all():  # some ranks never need some chunks: relays matter
+            potential = self._potential()
+            useful = useful | (potential[dst] < potential[src])
+            # a crossing into a machine where some rank needs the chunk is worth it even when the
+            # needer could be reached directly: its own NIC may be the bottleneck (skewed traffic)
+            useful = useful | (self.cross[:, None] & self._needed_in_machine()[self.machine[dst]])
+        held = self.holds if self.sendable is None else self.sendable
+        mask = held[src] & lacking & useful & self.carry_mask
+        if self.rules.peers is not None:
+            mask &= self._peer_mask(index)[:, None]
+        return mask
+
+    def _potential(self) -> np.ndarray:
+        """[rank, chunk]: hops from the rank to the nearest rank that still needs the chunk."""
+        ranks, chunks = self.need.shape
+        best = np.full((ranks, chunks), _INF)
+        for d in range(ranks):
+            if self.need[d].any():
+                column = np.where(self.need[d], 0.0, _INF)
+                np.minimum(best, self.dist[:, d][:, None] + column[None, :], out=best)
+        return best
+
+    def _peer_mask(self, index: int) -> np.ndarray:
+        """Few-peers switch policy: in step k a rank talks to ``peers`` intra-machine ranks, in rotation."""
+        allowed = np.ones(len(self.src), dtype=bool)
+        p = self.rules.peers or 1
+        chosen = set()
+        for r, peers in enumerate(self.intra_peers):
+            if peers:
+                start = (index * p) % len(peers)
+                chosen.update((r, peers[(start + j) % len(peers)]) for j in range(min(p, len(peers))))
+        for i, (a, b) in enumerate(zip(self.src, self.dst)):
+            if not self.cross[i]:
+                allowed[i] = (int(a), int(b)) in chosen
+        return allowed
+
+    def _weights(self, links: np.ndarray, chunks: np.ndarray, index: int) -> np.ndarray:
+        ranks = self.holds.shape[0]
+        dst = self.dst[links]
+        need_left = self.need.sum(axis=1).astype(float)
+        balance = need_left[dst] / max(need_left.max(), 1.0)
+        holders = self.holds.sum(axis=0).astype(float)
+        rarity = 1.0 - holders[chunks] / ranks
+        machines = int(self.machine.max()) + 1
+        in_machine = np.zeros((machines, self.holds.shape[1]))
+        np.add.at(in_machine, self.machine, self.holds.astype(float))
+        size = np.bincount(self.machine, minlength=machines).astype(float)
+        machine_rarity = 1.0 - in_machine[self.machine[dst], chunks] / size[self.machine[dst]]
+        first_entry = (in_machine[self.machine[dst], chunks] == 0) & self.cross[links]
+        delivered = self.need[dst, chunks]
+        weight = (np.where(delivered, 2.0, 1.0) + 0.5 * balance + 0.3 * rarity + 0.5 * machine_rarity
+                  + 1.0 * first_entry)
+        if self.rules.planned is not None:
+            planned = self.rules.planned[links]
+            behind = np.where(planned > 0, 1.0 - self.used[links] / np.maximum(planned, 1.0), 0.0)
+            weight = weight + 0.5 * np.clip(behind, 0.0, 1.0)
+        return weight
+
+    def _assign(self, links: np.ndarray, chunks: np.ndarray, weight: np.ndarray, solver: str) -> np.ndarray:
+        """Max-weight sends within link, group and one-write-per-(rank, chunk) limits."""
+        n = len(links)
+        rows, cols = [links], [np.arange(n)]
+        offset = len(self.src)
+        group_count = len(self.group_cap)
+        group_index, position = groups_of(links, self.group_rows)
+        rows.append(group_index + offset)
+        cols.append(position)
+        offset += group_count
+        write_key = self.dst[links] * self.holds.shape[1] + chunks
+        unique, write_row = np.unique(write_key, return_inverse=True)
+        rows.append(write_row + offset)
+        cols.append(np.arange(n))
+        offset += len(unique)
+        # a chunk enters a machine that lacks it over one link per step: a second copy in the same
+        # step would spend a NIC slot on what the switch spreads anyway
+        entry = self.cross[links] & ~self._in_machine()[self.machine[self.dst[links]], chunks]
+        entry_key = self.machine[self.dst[links]][entry] * self.holds.shape[1] + chunks[entry]
+        entry_unique, entry_row = np.unique(entry_key, return_inverse=True)
+        rows.append(entry_row + offset)
+        cols.append(np.nonzero(entry)[0])
+        row_count = offset + len(entry_unique)
+        row_upper = np.concatenate([self.cap, self.group_cap, np.ones(len(unique)), np.ones(len(entry_unique))])
+        r = np.concatenate(rows)
+        c = np.concatenate(cols)
+        solution = solve_lp_solution(-weight, np.ones(n), (r, c, np.ones(len(r))),
+                                     np.full(row_count, -_INF), row_upper, solver=solver, method="simplex")
+        x = np.zeros(n) if solution is None else solution[1]
+        return self._round(x, links, write_row, weight, entry, entry_row)
+
+    def _needed_in_machine(self) -> np.ndarray:
+        """[machine, chunk]: some rank of the machine still needs the chunk."""
+        machines = int(self.machine.max()) + 1
+        out = np.zeros((machines, self.holds.shape[1]), dtype=bool)
+        for m in range(machines):
+            out[m] = self.need[self.machine == m].any(axis=0)
+        return out
+
+    def _in_machine(self) -> np.ndarray:
+        """[machine, chunk]: some rank of the machine holds the chunk."""
+        machines = int(self.machine.max()) + 1
+        out = np.zeros((machines, self.holds.shape[1]), dtype=bool)
+        for m in range(machines):
+            out[m] = self.holds[self.machine == m].any(axis=0)
+        return out
+
+    def _round(self, x: np.ndarray, links: np.ndarray, write_row: np.ndarray, weight: np.ndarray,
+               entry: np.ndarray, entry_row: np.ndarray) -> np.ndarray:
+        """Whole sends: the LP's ones (together feasible: every limit is a whole number), then
+        what rounding left room for, best weight first."""
+        entry_of = np.full(len(links), -1)
+        entry_of[np.nonzero(entry)[0]] = entry_row
+        take = x > 1 - 1e-6
+        link_left = self.cap - np.bincount(links[take], minlength=len(self.cap))
+        group_index, _ = groups_of(links[take], self.group_rows)
+        group_left = self.group_cap - np.bincount(group_index, minlength=len(self.group_cap))
+        written = np.zeros(write_row.max() + 1, dtype=bool)
+        written[write_row[take]] = True
+        entered = np.zeros(len(entry_row) and entry_row.max() + 1, dtype=bool)
+        entered[entry_of[take & (entry_of >= 0)]] = True
+        open_ = ~take & ~written[write_row] & (link_left[links] >= 1)
+        for i in np.nonzero(open_)[0][np.lexsort((-weight[open_], -np.round(x[open_], 6)))]:
+            l = links[i]
+            g = self.group_rows[l]
+            if written[write_row[i]] or link_left[l] < 1 or (len(g) and (group_left[g] < 1).any()):
+                continue
+            if entry_of[i] >= 0:
+                if entered[entry_of[i]]:
+                    continue
+                entered[entry_of[i]] = True
+            take[i] = True
+            written[write_row[i]] = True
+            link_left[l] -= 1
+            group_left[g] -= 1
+        return take
+
+    def apply(self, sends: list[Send]) -> None:
+        for s in sends:
+            self.holds[s.dst, s.chunk] = True
+            self.need[s.dst, s.chunk] = False
+        index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(self.src, self.dst))}
+        for s in sends:
+            self.used[index[(s.src, s.dst)]] += 1
+
+
+def _prune(links: np.ndarray, weight: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """Indices of the best ``room[link]`` candidates of every link (stable by weight)."""
+    order = np.lexsort((-weight, links))
+    sorted_links = links[order]
+    starts = np.searchsorted(sorted_links, sorted_links, side="left")
+    position = np.arange(len(order)) - starts
+    keep = position < room[sorted_links]
+    return np.sort(order[keep])
+
+
+def _origins(coll: Collective, ranks: int) -> np.ndarray:
+    """The rank each chunk starts at (the first of its pre-holders)."""
+    return np.array([min(pre) if pre else -1 for pre in coll.pre], dtype=np.int64)
+
+
+def _hop_matrix(ranks: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """All-pairs hop distances over the given links (inf when unreachable), by BFS from each rank."""
+    out_of: list[list[int]] = [[] for _ in range(ranks)]
+    for a, b in zip(src.tolist(), dst.tolist()):
+        out_of[a].append(b)
+    dist = np.full((ranks, ranks), _INF)
+    for start in range(ranks):
+        dist[start, start] = 0
+        frontier = [start]
+        hops = 0
+        while frontier:
+            hops += 1
+            nxt = []
+            for node in frontier:
+                for b in out_of[node]:
+                    if dist[start, b] == _INF:
+                        dist[start, b] = hops
+                        nxt.append(b)
+            frontier = nxt
+    return dist

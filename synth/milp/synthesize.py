@@ -1,0 +1,264 @@
+"""The MILP router end to end: sketch -> routing (MILP) -> ordering (LP per step) -> timing.
+
+``synthesize`` runs the three stages for a non-combining collective, reduce_scatter and reduce
+by duality (the non-combining dual on the reversed topology, run backwards), and allreduce as
+reduce_scatter then allgather. Every stage reports one progress line; the schedule is verified
+before it is returned, and the result carries the bound gap at the sketch's size.
+
+Status: ``solved`` when the routing MILP was solved (or there was nothing to route: one
+machine); ``timeout`` when the routing MILP stopped at its time limit with an incumbent plan
+(the schedule is valid, the plan is not proven optimal), or without one (the ordering then
+routes on its own, and the result says so).
+
+>>> from synth.core.library import resolve_topology
+>>> from synth.milp.sketch import default_sketch
+>>> topo = resolve_topology("ring:4")
+>>> result = synthesize(topo, "allgather", default_sketch(topo, "allgather", 1 << 20)[0])
+>>> result.status, result.percent_of_bound > 50
+('solved', True)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from synth.milp.solver import MilpOptions
+from synth.bounds.lower_bounds import lower_bounds
+from synth.core.collective import Collective
+from synth.core.collectives import make_collective
+from synth.cost import format_size, simulate_us, step_time_us
+from synth.core.errors import InputError
+from synth.core.transforms import compose, dual_collective, dual_schedule
+from synth.milp.ordering import OrderingRules, order_sends
+from synth.milp.exact import best_exact
+from synth.milp.routing import RoutePlan, route
+from synth.milp.timing import merge_steps
+from synth.core.schedule import Schedule
+from synth.milp.sketch import Sketch
+from synth.core.topology import Topology
+
+Progress = Callable[[str], None]
+BLOCKS = (1, 2, 3)  # rounds per block the ordering tries, in order, while longer blocks pay (order_sends)
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    routing: float
+    ordering: float
+    timing: float
+    exact: float = 0.0  # the time-expanded MILP on one small machine
+
+
+@dataclass(frozen=True)
+class RouterResult:
+    schedule: Schedule
+    status: str  # "solved" | "timeout"
+    stages: StageTimes
+    size: int
+    time_us: float
+    simulated_us: float
+    bound_us: float
+    plans: tuple[RoutePlan, ...]
+
+    @property
+    def percent_of_bound(self) -> float:
+        return 100.0 * self.bound_us / self.time_us if self.time_us > 0 else 100.0
+
+
+def synthesize(topology: Topology, collective: str, sketch: Sketch, options: MilpOptions | None = None,
+               root: int | None = None, progress: Progress | None = None) -> RouterResult:
+    """Route, order and time ``collective`` on ``topology`` as the sketch says (module docstring)."""
+    options = options or MilpOptions()
+    say = progress or (lambda line: None)
+    if not topology.rounds_apply:
+        raise InputError(f"{topology.name}: link capacities are not whole numbers; the MILP router needs "
+                         "them (give links an integer 'capacity')")
+    coll = _collective(topology, collective, root, sketch)
+    clock = _Clock()
+    if coll.name == "allreduce" and coll.combining:
+        rs_coll = make_collective("reduce_scatter", topology.ranks, chunks=sketch.chunk_up)
+        ag_coll = make_collective("allgather", topology.ranks, chunks=sketch.chunk_up)
+        rs, plan_rs = _reduction(topology, rs_coll, sketch, options, say, clock, "reduce_scatter")
+        ag, plan_ag = _forward(topology, ag_coll, sketch, options, say, clock, "allgather")
+        joined = compose(rs, ag, coll)
+        plans = (plan_rs, plan_ag)
+    elif coll.combining:
+        joined, plan = _reduction(topology, coll, sketch, options, say, clock, coll.name)
+        plans = (plan,)
+    else:
+        joined, plan = _forward(topology, coll, sketch, options, say, clock, coll.name)
+        plans = (plan,)
+    exact_line = None
+    if _exact_applies(topology, collective):
+        started = time.perf_counter()
+        found = best_exact(topology, collective, sketch.size, max_chunks=sketch.chunk_up,
+                           time_limit=options.time_limit or 60.0, solver=options.solver, root=root,
+                           progress=lambda line: None, rotation=sketch.rank_rotation(topology))
+        clock.exact += time.perf_counter() - started
+        exact_line = _exact_line(found, clock.exact)
+        if found.schedule is not None and found.time_us < step_time_us(joined, sketch.size) - 1e-9:
+            joined = Schedule(topology, coll if found.schedule.collective.chunks_per_rank == coll.chunks_per_rank
+                              else found.schedule.collective, found.schedule.steps, found.schedule.meta)
+            coll = joined.collective
+            plans = tuple(replace(p, status="single-machine") if p.status != "single-machine" else p for p in plans)
+            exact_line += ": kept (faster than the pipelined ordering)"
+        else:
+            exact_line += ": the pipelined ordering stays (faster or equal)"
+    before = step_time_us(joined, sketch.size)
+    started = time.perf_counter()
+    timed = merge_steps(joined, sketch.size)  # verifies what it returns: these are the steps we ship
+    clock.timing += time.perf_counter() - started
+    took = step_time_us(timed, sketch.size)
+    simulated = simulate_us(timed, sketch.size)
+    if exact_line is not None:
+        say(exact_line)
+    say(f"timing: {len(joined.steps)} -> {len(timed.steps)} steps at {format_size(sketch.size)}: "
+        f"{before:.1f} -> {took:.1f} us (event simulation {simulated:.1f} us), {clock.timing:.2f} s")
+    status = "solved" if all(p.status in ("solved", "single-machine") for p in plans) else "timeout"
+    bound = lower_bounds(topology, coll).time_us(sketch.size)
+    meta = {
+        "synthesizer": "milp",
+        "status": status,
+        "solver": options.solver,
+        "sketch": sketch.to_dict(),
+        "chunks_per_rank": coll.chunks_per_rank,
+        "stage_seconds": {"routing": round(clock.routing, 3), "ordering": round(clock.ordering, 3),
+                          "timing": round(clock.timing, 3), "exact": round(clock.exact, 3)},
+        "size": sketch.size,
+        "time_us": round(took, 4),
+        "bound_us": round(bound, 4),
+        "percent_of_bound": round(100.0 * bound / took, 2) if took > 0 else 100.0,
+    }
+    schedule = Schedule(topology, coll, timed.steps, meta)
+    return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact),
+                        sketch.size, took, simulated, bound, plans)
+
+
+@dataclass
+class _Clock:
+    routing: float = 0.0
+    ordering: float = 0.0
+    timing: float = 0.0
+    exact: float = 0.0
+
+
+def _collective(topology: Topology, spec: str, root: int | None, sketch: Sketch) -> Collective:
+    kind = spec.partition(":")[0]
+    if kind in ("alltoallv", "custom") or spec.endswith(".json"):
+        if sketch.chunk_up != 1:
+            raise InputError(f"sketch: chunk_up {sketch.chunk_up} does not apply to {kind}: its chunks "
+                             "come from the file (use chunk_up 1)")
+        return make_collective(spec, topology.ranks, root=root)
+    return make_collective(spec, topology.ranks, root=root, chunks=sketch.chunk_up)
+
+
+def _forward(topology, coll, sketch, options, say, clock, label) -> tuple[Schedule, RoutePlan]:
+    """Routing and ordering of a non-combining collective on ``topology``: one ordering per block
+    length in BLOCKS, each merged by the timing stage, the fastest at the sketch's size kept."""
+    started = time.perf_counter()
+    plan = route(topology, coll, sketch, options)
+    clock.routing += time.perf_counter() - started
+    say(_plan_line(label, plan, options))
+    rules = _rules(topology, coll, sketch, plan)
+    best = None
+    tried = []
+    for block in BLOCKS:
+        started = time.perf_counter()
+        schedule = order_sends(topology, coll, rules, solver=options.solver, block=block)
+        clock.ordering += time.perf_counter() - started
+        started = time.perf_counter()
+        merged = merge_steps(schedule, sketch.size)
+        clock.timing += time.perf_counter() - started
+        took = step_time_us(merged, sketch.size)
+        tried.append(f"block {block}: {len(schedule.steps)} rounds -> {len(merged.steps)} steps, {took:.1f} us")
+        if best is not None and took >= best[0] - 1e-9:
+            break  # longer blocks stopped paying: alpha is no longer what the schedule waits on
+        best = (took, block, schedule, merged)
+    took, block, schedule, merged = best
+    say(f"ordering ({label}): one LP per round, rounds in blocks that merge into one step "
+        f"({'; '.join(tried)}): block {block} kept, {schedule.send_count} sends, {clock.ordering:.2f} s")
+    return merged, plan
+
+
+def _reduction(topology, coll, sketch, options, say, clock, label) -> tuple[Schedule, RoutePlan]:
+    """A combining collective as its dual run backwards: route the dual on the reversed topology."""
+    dual = dual_collective(coll)
+    forward, plan = _forward(topology.reversed(), dual, _ReversedSketch(sketch, topology), options, say, clock,
+                             f"{label} as reversed {dual.name}")
+    backwards = dual_schedule(forward)
+    return Schedule(topology, coll, backwards.steps, backwards.meta), plan
+
+
+class _ReversedSketch:
+    """The sketch seen from the reversed topology, where the dual runs: link a->b there is b->a
+    here, and a chunk crossing it is a partial reduced by b towards the chunk's owner, so the
+    relay rules apply to b as the sender (``carries``: whose chunks b may carry out)."""
+
+    def __init__(self, sketch: Sketch, topology: Topology):
+        self._sketch = sketch
+        self._topology = topology
+        self.symmetry = sketch.symmetry
+        self.intra = sketch.intra
+        self.size = sketch.size
+
+    def allowed_crossing(self, reversed_topology, src, dst) -> bool:
+        return self._sketch.allowed_crossing(self._topology, dst, src)
+
+    def may_carry_link(self, reversed_topology, src, dst, origin) -> bool:
+        return self._sketch.may_carry(self._topology, dst, origin)
+
+    def rank_rotation(self, reversed_topology):
+        return self._sketch.rank_rotation(self._topology)
+
+
+def _rules(topology: Topology, coll: Collective, sketch, plan: RoutePlan) -> OrderingRules:
+    machine = topology.machine_of
+    origins = sorted({min(pre) for pre in coll.pre})
+    allowed = np.ones(len(topology.links), dtype=bool)
+    carries: list[frozenset[int] | None] = []
+    for i, link in enumerate(topology.links):
+        crossing = machine[link.src] != machine[link.dst]
+        if crossing:
+            allowed[i] = sketch.allowed_crossing(topology, link.src, link.dst)
+            may = frozenset(o for o in origins if sketch.may_carry_link(topology, link.src, link.dst, o))
+            carries.append(None if len(may) == len(origins) else may)
+        else:
+            carries.append(None)
+    planned = np.array(plan.copies, dtype=float) if plan.usable else None
+    return OrderingRules(allowed, tuple(carries), peers=sketch.intra.peer_limit, planned=planned)
+
+
+def _exact_applies(topology: Topology, collective: str) -> bool:
+    """The exact time-expanded MILP joins in on one small machine, for named collectives."""
+    from synth.milp.sketch import EXACT_RANKS
+
+    named = ":" not in collective and not collective.endswith(".json")
+    return named and topology.machine_count == 1 and topology.ranks <= EXACT_RANKS
+
+
+def _exact_line(found, seconds: float) -> str:
+    counts: dict[str, int] = {}
+    for attempt in found.attempts:
+        counts[attempt.status] = counts.get(attempt.status, 0) + 1
+    tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if found.schedule is None:
+        return f"exact (time-expanded MILP): no schedule ({tally}), {seconds:.2f} s"
+    best = (f"best C={found.schedule.collective.chunks_per_rank} with {len(found.schedule.steps)} steps, "
+            f"{found.time_us:.3f} us")
+    return f"exact (time-expanded MILP over C and S): {len(found.attempts)} instances ({tally}), {best}, {seconds:.2f} s"
+
+
+def _plan_line(label: str, plan: RoutePlan, options: MilpOptions) -> str:
+    if plan.status == "single-machine":
+        return f"routing ({label}): {plan.message}"
+    if not plan.usable:
+        return (f"routing ({label}): MILP ({options.solver}) gave no plan: {plan.message}; "
+                "the ordering routes step by step on its own")
+    flag = "" if plan.status == "solved" else " [TIMEOUT: incumbent, not proven optimal]"
+    return (f"routing ({label}): MILP ({options.solver}, {plan.variables} variables) {plan.status} in "
+            f"{plan.seconds:.2f} s: {sum(plan.copies)} crossing copies on "
+            f"{sum(1 for c in plan.copies if c)} links, NIC-bound estimate {plan.rounds:.2f} rounds{flag}")

@@ -1,0 +1,302 @@
+"""Timing stage of the MILP router: merge runs of consecutive steps where that is cheaper.
+
+Given a valid schedule and a size S, choose a partition of the steps into blocks of
+consecutive steps, each block becoming one step, so that the contract step-model time
+(DESIGN.md: a step costs the max over links used of alpha_l + n_l*b/bw_l and over groups used
+of n_g*b/bw_g; the schedule costs the sum) is least. Merging pays alpha once per link and lets
+resources that different steps use overlap.
+
+A block of steps i..j may merge only when the merged step means what the sequence meant.
+The rules are pairwise between an earlier step a and a later step c of the block (the steps
+themselves are valid, so each is already self-consistent):
+
+- read after write: c sends (src, chunk) that a writes (a's dst, chunk of a copy or reduce).
+  Merged, c would read the value from before a, or nothing (``not_held``).
+- write after write: a and c both write (rank, chunk) and not both with ``reduce``. Merged,
+  the step would write it twice (``conflicting_write``); sequentially the later copy wins or
+  the reduce adds into the copied value. Two reduces commute: base + p_a + p_c either way,
+  and a double count is caught the same way in both.
+- write after read (a sends (r, chunk), c writes (r, chunk), copy or reduce) is fine: a reads
+  the state at the block's start in both forms.
+
+Conflicts are pairwise, so legality is hereditary (every sub-block of a legal block is legal)
+and one sweep gives ``start[j]``, the first step a block ending at j may start with. The
+merged step's sends are the block's sends in step order, its ``rounds`` the sum of the
+block's (None if any is None), so link and group capacities still hold. Because the sends
+keep their order and nothing in a block reads what it writes, ``simulate_us`` of the merged
+schedule equals that of the original; only the step model (and the step count) changes.
+
+The partition is an exact dynamic program over blocks: dp[j+1] = min over legal i of
+dp[i] + cost(i..j), with cost(i..j) grown incrementally as j extends (loads only grow, so
+only the resources of step j can raise the max). Ties go to fewer steps. Pruning, both exact:
+a block whose dp[i] + cost already exceeds the best complete time found is not extended
+(cost only grows), and a start i is skipped when dp[i] plus the cost of merging all the rest
+(a lower bound on any completion, since the cost is subadditive) exceeds it. ``max_block``
+caps the block length (a heuristic; the answer is then optimal among partitions with blocks
+of at most that many steps), for schedules with thousands of mutually independent steps.
+
+>>> from synth.core.collectives import allgather
+>>> from synth.core.topology import Link, Topology
+>>> t = Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)))
+>>> s = Schedule(t, allgather(2), (Step((Send(0, 0, 1),)), Step((Send(1, 1, 0),))))
+>>> merged = merge_steps(s, 1024)
+>>> len(merged.steps), merged.meta["timing"]
+(1, {'merged_from': 2, 'steps': 1, 'size': 1024})
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from synth.cost import simulate_us, step_time_us
+from synth.core.errors import InputError, InvalidScheduleError
+from synth.core.schedule import Schedule, Send, Step
+from synth.verify import verify
+
+_REL_TOL = 1e-12  # float noise allowed when comparing two partitions' times
+
+
+def merge_starts(schedule: Schedule) -> list[int]:
+    """``start[j]``: steps i..j may merge into one step exactly when i >= start[j].
+
+    >>> from synth.core.collectives import broadcast
+    >>> from synth.core.topology import Link, Topology
+    >>> t = Topology("line", 3, (Link(0, 1, 25.0), Link(1, 2, 25.0)))
+    >>> relay = Schedule(t, broadcast(3, root=0), (Step((Send(0, 0, 1),)), Step((Send(0, 1, 2),))))
+    >>> merge_starts(relay)  # 1 -> 2 reads what 0 -> 1 wrote
+    [0, 1]
+    """
+    last_write: dict[tuple[int, int], int] = {}  # (rank, chunk) -> last step writing it
+    last_copy: dict[tuple[int, int], int] = {}  # ... writing it with a copy
+    starts: list[int] = []
+    low = 0
+    for j, step in enumerate(schedule.steps):
+        conflict = -1
+        for send in step.sends:
+            read = last_write.get((send.src, send.chunk), -1)  # read after write
+            written = (last_copy if send.op == "reduce" else last_write).get((send.dst, send.chunk), -1)
+            conflict = max(conflict, read, written)
+        low = max(low, conflict + 1)
+        starts.append(low)
+        for send in step.sends:
+            key = (send.dst, send.chunk)
+            last_write[key] = j
+            if send.op != "reduce":
+                last_copy[key] = j
+    return starts
+
+
+def merge_steps(schedule: Schedule, size_bytes: float, max_block: int | None = None) -> Schedule:
+    """The schedule with consecutive steps merged to minimise the step-model time at ``size_bytes``.
+
+    Never slower in the step model than ``schedule`` (keeping every step is a candidate).
+    The result is verified; a violation raises RuntimeError (a bug), unless the input itself
+    was invalid (InvalidScheduleError).
+    """
+    if not (isinstance(size_bytes, (int, float)) and size_bytes > 0 and math.isfinite(size_bytes)):
+        raise InputError(f"merge_steps: size must be a positive number of bytes, got {size_bytes!r}")
+    if max_block is not None and (not isinstance(max_block, int) or isinstance(max_block, bool) or max_block < 1):
+        raise InputError(f"merge_steps: max_block must be an integer >= 1 or None, got {max_block!r}")
+    steps = schedule.steps
+    blocks = _best_partition(schedule, size_bytes, merge_starts(schedule), max_block)
+    merged = tuple(_merge_block(steps[i:j]) for i, j in blocks)
+    timing = {"merged_from": len(steps), "steps": len(merged), "size": size_bytes}
+    result = Schedule(schedule.topology, schedule.collective, merged, {**schedule.meta, "timing": timing})
+    problems = verify(result)
+    if problems:
+        before = verify(schedule)
+        if before:
+            raise InvalidScheduleError(f"merge_steps: the input schedule is invalid: {before[0]}", before)
+        raise RuntimeError(f"merge_steps broke a valid schedule (a bug): {problems[0]}")
+    return result
+
+
+@dataclass(frozen=True)
+class TimingReport:
+    """Before/after figures of a merge at one size (times in microseconds)."""
+
+    size_bytes: float
+    steps_before: int
+    steps_after: int
+    step_time_before_us: float
+    step_time_after_us: float
+    simulated_before_us: float
+    simulated_after_us: float
+
+    @property
+    def speedup(self) -> float:
+        """Step-model time before / after (>= 1)."""
+        if self.step_time_after_us <= 0:
+            return 1.0
+        return self.step_time_before_us / self.step_time_after_us
+
+    def __str__(self) -> str:
+        return (
+            f"size {self.size_bytes:g} B: {self.steps_before} -> {self.steps_after} steps, "
+            f"step model {self.step_time_before_us:.3f} -> {self.step_time_after_us:.3f} us "
+            f"(x{self.speedup:.3f}), simulated {self.simulated_before_us:.3f} -> "
+            f"{self.simulated_after_us:.3f} us"
+        )
+
+
+def timing_report(before: Schedule, after: Schedule, size_bytes: float) -> TimingReport:
+    """Compare a schedule with its merged form at ``size_bytes``."""
+    return TimingReport(
+        size_bytes=size_bytes,
+        steps_before=len(before.steps),
+        steps_after=len(after.steps),
+        step_time_before_us=step_time_us(before, size_bytes),
+        step_time_after_us=step_time_us(after, size_bytes),
+        simulated_before_us=simulate_us(before, size_bytes),
+        simulated_after_us=simulate_us(after, size_bytes),
+    )
+
+
+# ---------------------------------------------------------------------------- internals
+def _merge_block(block: tuple[Step, ...]) -> Step:
+    if len(block) == 1:
+        return block[0]
+    rounds = None if any(s.rounds is None for s in block) else sum(s.rounds for s in block)
+    sends: tuple[Send, ...] = tuple(chain.from_iterable(s.sends for s in block))
+    return Step(sends, rounds)
+
+
+class _Loads:
+    """Every step's load as sparse vectors over the resources (links, then groups) it uses.
+
+    ``rows[j] = (idx, cnt, alpha, rate)``: the resources step j uses (unique), its chunks on
+    each, and their alpha and bandwidth (bytes per microsecond; groups have alpha 0).
+    """
+
+    def __init__(self, schedule: Schedule, size_bytes: float):
+        topo, steps = schedule.topology, schedule.steps
+        n, links = topo.ranks, topo.links
+        nl = len(links)
+        link_id = np.full(n * n, -1, dtype=np.int64)
+        for number, link in enumerate(links):
+            link_id[link.src * n + link.dst] = number
+        alpha = np.array([l.alpha for l in links] + [0.0] * len(topo.groups), dtype=np.float64)
+        rate = np.array([l.bandwidth for l in links] + [g.bandwidth for g in topo.groups], dtype=np.float64) * 1e3
+        # link -> groups as CSR (group resources are numbered after the links)
+        of_link: list[list[int]] = [[] for _ in links]
+        for g, group in enumerate(topo.groups):
+            for key in group.links:
+                number = link_id[key[0] * n + key[1]] if 0 <= key[0] < n and 0 <= key[1] < n else -1
+                if number >= 0:
+                    of_link[number].append(nl + g)
+        degree = np.array([len(gs) for gs in of_link], dtype=np.int64)
+        gptr = np.concatenate(([0], np.cumsum(degree)))
+        gidx = np.fromiter(chain.from_iterable(of_link), dtype=np.int64, count=int(gptr[-1]))
+
+        sizes = [len(step.sends) for step in steps]
+        total = sum(sizes)
+        src = np.fromiter((s.src for step in steps for s in step.sends), dtype=np.int64, count=total)
+        dst = np.fromiter((s.dst for step in steps for s in step.sends), dtype=np.int64, count=total)
+        step_of = np.repeat(np.arange(len(steps), dtype=np.int64), sizes)
+        inside = (src >= 0) & (src < n) & (dst >= 0) & (dst < n)
+        lk = np.where(inside, link_id[np.where(inside, src * n + dst, 0)], -1)
+        if (lk < 0).any():
+            bad = int(np.flatnonzero(lk < 0)[0])
+            raise InvalidScheduleError(
+                f"merge_steps: step {int(step_of[bad])}: {int(src[bad])}->{int(dst[bad])} is not a link of {topo.name}"
+            )
+        width = nl + len(topo.groups)
+        keys, counts = np.unique(step_of * width + lk, return_counts=True)
+        l_step, l_res = np.divmod(keys, width)
+        # expand every (step, link, count) row to the link's groups and add them up
+        deg = degree[l_res]
+        rep = np.repeat(np.arange(keys.size), deg)
+        within = np.arange(rep.size) - np.repeat(np.cumsum(deg) - deg, deg)
+        g_keys = l_step[rep] * width + gidx[gptr[l_res[rep]] + within]
+        g_keys, inverse = np.unique(g_keys, return_inverse=True)
+        g_counts = np.bincount(inverse, weights=counts[rep].astype(np.float64), minlength=g_keys.size)
+        all_keys = np.concatenate((keys, g_keys))
+        all_counts = np.concatenate((counts.astype(np.float64), g_counts))
+        order = np.argsort(all_keys, kind="stable")
+        all_step, all_res = np.divmod(all_keys[order], width)
+        all_counts = all_counts[order]
+        cuts = np.searchsorted(all_step, np.arange(len(steps) + 1))
+        self.rows = []
+        for j in range(len(steps)):
+            idx = all_res[cuts[j]:cuts[j + 1]]
+            self.rows.append((idx, all_counts[cuts[j]:cuts[j + 1]], alpha[idx], rate[idx]))
+        self.b = size_bytes / schedule.collective.buffer_chunks
+        self.counts = np.zeros(width, dtype=np.float64)
+
+    def add(self, j: int) -> float:
+        """Add step j to the running block; the largest term among the resources it touched."""
+        idx, cnt, alpha, rate = self.rows[j]
+        if not idx.size:
+            return 0.0
+        self.counts[idx] += cnt
+        # alpha + n*b/bw exactly as cost.step_times_us computes it, so times compare exactly
+        return float((alpha + self.counts[idx] * self.b / rate).max())
+
+    def reset(self, touched: list[int]) -> None:
+        for j in touched:
+            self.counts[self.rows[j][0]] = 0.0
+
+
+def _best_partition(schedule: Schedule, size_bytes: float, starts: list[int], max_block: int | None):
+    """Blocks [(i, j), ...] (half-open) of least total step-model time; ties to fewer blocks."""
+    k = len(schedule.steps)
+    if k == 0:
+        return []
+    loads = _Loads(schedule, size_bytes)
+    single = []
+    for j in range(k):
+        single.append(loads.add(j))
+        loads.reset([j])
+    rest_identity = [0.0] * (k + 1)  # time of steps j.. kept as they are
+    for j in range(k - 1, -1, -1):
+        rest_identity[j] = single[j] + rest_identity[j + 1]
+    rest_merged = [0.0] * (k + 1)  # time of steps j.. as one step: a lower bound for them
+    running = 0.0
+    for j in range(k - 1, -1, -1):
+        running = max(running, loads.add(j))
+        rest_merged[j] = running
+    loads.reset(list(range(k)))
+
+    best = [math.inf] * (k + 1)
+    count = [k + 1] * (k + 1)
+    came = [0] * (k + 1)
+    best[0], count[0] = 0.0, 0
+    bound = rest_identity[0]  # best complete time known
+    for i in range(k):
+        here = best[i]
+        bound = min(bound, here + rest_identity[i])
+        limit = bound + _REL_TOL * max(1.0, bound)
+        if here + rest_merged[i] > limit:
+            continue
+        end = k if max_block is None else min(k, i + max_block)
+        cost = 0.0
+        touched: list[int] = []
+        j = i
+        while j < end and starts[j] <= i:
+            term = loads.add(j)
+            if term > cost:
+                cost = term
+            touched.append(j)
+            total = here + cost
+            if total > limit:
+                break
+            old = best[j + 1]
+            tol = _REL_TOL * max(1.0, abs(old)) if old < math.inf else 0.0
+            if total < old - tol or (total <= old + tol and count[i] + 1 < count[j + 1]):
+                best[j + 1], count[j + 1], came[j + 1] = total, count[i] + 1, i
+                if total + rest_identity[j + 1] < bound:  # a complete time: prune against it
+                    bound = total + rest_identity[j + 1]
+                    limit = bound + _REL_TOL * max(1.0, bound)
+            j += 1
+        loads.reset(touched)
+
+    blocks = []
+    j = k
+    while j > 0:
+        blocks.append((came[j], j))
+        j = came[j]
+    return blocks[::-1]

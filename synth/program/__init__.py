@@ -1,0 +1,1 @@
+"""The Program IR (thread blocks per rank, MSCCL ops) and its data-level replay checker."""

@@ -1,1 +1,0 @@
-"""MILP router stages: routing, ordering, timing."""

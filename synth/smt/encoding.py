@@ -1,0 +1,396 @@
+"""SCCL-style k-synchronous synthesis on z3's SAT core, as a pure CNF (see smt_cnf.py).
+
+For a non-combining collective, S steps and a rounds budget:
+  has[c][r][s]   rank r holds chunk c after step s (s = 0: the precondition), monotone in s;
+  send[c][l][s]  chunk c crosses link l = (a, b) in step s (1-based);
+  extra[s][k]    step s uses more than k rounds (unary, ordered), so rounds[s] = 1 + sum_k extra[s][k].
+Constraints: a send needs the sender to hold c at the step's start and the receiver not to;
+a rank holds c after s only if it held it before or some link brought it in s; every post rank
+holds c after S; per step, every link and group carries at most capacity x rounds[s] chunks;
+sum_s rounds[s] <= R (a selector literal per R, so one solver serves every R for given S, C).
+Variables that reachability rules out (hop distances) are never created. Literals are ints
+(negative: negated) or Python bools for the values reachability fixes.
+
+Per rounds budget R, guarded by R's selector, implied rows (they never exclude a valid schedule,
+so an UNSAT stays a proof) tell the solver where capacity must be saturated:
+  in-saturation: rank r takes in at most U_r = sum(cap of its in-units) chunks a round and needs
+    N_r, slack_r = U_r * R - N_r; in step s every in-unit u carries >= cap_u * rounds[s] - slack_r;
+  receive-once at zero slack: when slack_r == 0 no chunk enters r twice;
+  out-saturation: all sends >= sum_r N_r and all sends <= sum(out-unit caps) * R, so every out-unit
+    carries >= cap_u * rounds[s] - (that global slack) in step s.
+(A unit is a group holding only links into (out of) one rank and tighter than their sum, else a
+link.) z3's SAT core runs with CHB branching and Luby restarts (measured: far smaller variance).
+
+Solver objects and literals never leave synth/smt: callers get SolveResult with a Schedule
+or a status.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import z3
+
+from synth.smt.cardinality import CnfBuilder, neg
+from synth.core.collective import Collective
+from synth.core.schedule import Schedule, Send, SolveResult, Status, Step
+from synth.core.symmetry import Symmetry, interchangeable_chunks
+from synth.core.topology import Topology
+
+
+@dataclass(frozen=True)
+class SmtOptions:
+    """Knobs of the encoding; the defaults are the measured winners (see benchmarks/)."""
+
+    forbid_redundant_sends: bool = True
+    prune_useless_relays: bool = True
+    order_interchangeable_chunks: bool = True
+    receive_once: bool = False  # exactly-one receive everywhere (a restriction at slack > 0: measured worse)
+    saturate: bool = True  # implied in-saturation rows and receive-once at zero slack (see above)
+    out_saturate: bool = True  # implied out-saturation rows
+    random_seed: int = 0
+    sat_params: tuple = (("sat.branching.heuristic", "chb"), ("sat.restart", "luby"))
+    memory_mb: int = 4096  # z3 gives up (an unknown, not a proof) beyond this
+
+
+class SmtInstance(CnfBuilder):
+    """One encoding for (topology, collective, steps) that answers many rounds budgets.
+
+    >>> from synth.core.generators import uring
+    >>> from synth.core.collectives import allgather
+    >>> inst = SmtInstance(uring(3), allgather(3), steps=2, max_rounds=2)
+    >>> inst.solve(rounds=2).status.value
+    'solved'
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        collective: Collective,
+        steps: int,
+        max_rounds: int,
+        options: SmtOptions = SmtOptions(),
+        symmetries: tuple[Symmetry, ...] = (),
+    ) -> None:
+        """``symmetries`` *restrict* the search to schedules invariant under them: a SAT answer
+        is a real schedule, but INFEASIBLE then proves nothing about the unrestricted problem."""
+        if not topology.rounds_apply:
+            raise ValueError(f"{topology.name}: capacities are not whole numbers, rounds do not apply")
+        self.topology = topology
+        self.collective = collective
+        self.steps = steps
+        self.max_rounds = max(max_rounds, steps)
+        self.options = options
+        self.symmetries = tuple(sym for sym in symmetries if not sym.is_identity)
+        z3.set_param("memory_max_size", options.memory_mb)
+        self._init_cnf(options.random_seed, options.sat_params)
+        self._selectors: dict[int, int] = {}
+        self._incoming: dict | None = None  # set by the plain encoding: it has saturation rows
+        self._rows_done: set = set()
+        self._build()
+
+    # ------------------------------------------------------------------ encoding
+    def _build(self) -> None:
+        if self.collective.combining:
+            raise ValueError("this encoding takes non-combining collectives; use reductions")
+        topo, coll, S = self.topology, self.collective, self.steps
+        dist = topo.hop_distances
+        cl = self._clause
+        self._dist = [
+            [min(dist[h][r] for h in coll.pre[c]) for r in range(topo.ranks)] for c in range(coll.chunks)
+        ]
+        need = [sorted(coll.post[c] - coll.pre[c]) for c in range(coll.chunks)]
+        # which keys exist (reachability pruning is invariant under automorphisms)
+        has_keys = []
+        fixed: dict[tuple[int, int, int], bool] = {}
+        for c in range(coll.chunks):
+            for r in range(topo.ranks):
+                for s in range(S + 1):
+                    if r in coll.pre[c]:
+                        fixed[(c, r, s)] = True
+                    elif self._dist[c][r] > s:
+                        fixed[(c, r, s)] = False
+                    else:
+                        has_keys.append((c, r, s))
+        send_keys = []
+        for c in range(coll.chunks):
+            for link in topo.links:
+                a, b = link.src, link.dst
+                if b in coll.pre[c]:
+                    continue
+                for s in range(1, S + 1):
+                    if self._dist[c][a] > s - 1:
+                        continue
+                    if self.options.prune_useless_relays and not any(dist[b][d] <= S - s for d in need[c]):
+                        continue
+                    send_keys.append((c, a, b, s))
+        # one variable per orbit under the symmetries; constraints only for orbit representatives
+        has_rep = _orbits(has_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], k[2]) for g in self.symmetries])
+        send_rep = _orbits(send_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], g.ranks[k[2]], k[3])
+                                       for g in self.symmetries])
+        has_var = {k: self._var("h_%d_%d_%d" % k) for k in has_keys if has_rep[k] == k}
+        send_var = {k: self._var("x_%d_%d_%d_%d" % k) for k in send_keys if send_rep[k] == k}
+        self.has = {**{k: v for k, v in fixed.items()}, **{k: has_var[has_rep[k]] for k in has_keys}}
+        self.send = {k: send_var[send_rep[k]] for k in send_keys}
+        incoming: dict[tuple[int, int, int], list] = {}
+        for key, var in self.send.items():
+            c, a, b, s = key
+            incoming.setdefault((c, b, s), []).append(var)
+            if send_rep[key] != key:
+                continue
+            cl(-var, self.has[(c, a, s - 1)])
+            cl(-var, self.has[(c, b, s)])
+            if self.options.forbid_redundant_sends:
+                cl(-var, neg(self.has[(c, b, s - 1)]))
+        if self.options.receive_once:
+            into: dict[tuple[int, int], list] = {}
+            for (c, b, s), vars_ in incoming.items():
+                into.setdefault((c, b), []).extend(vars_)
+            for (c, b), vars_ in into.items():
+                if b in coll.post[c]:
+                    self._exactly_one(vars_)
+                else:
+                    self._at_most(vars_, 1)
+        for key in has_keys:
+            if has_rep[key] != key or key[2] == 0:
+                continue
+            c, r, s = key
+            value, prev = self.has[key], self.has[(c, r, s - 1)]
+            cl(-value, prev, *incoming.get((c, r, s), []))
+            cl(neg(prev), value)
+        for c, post in enumerate(coll.post):
+            for r in post:
+                cl(self.has[(c, r, S)])
+        if not self.symmetries and self.options.order_interchangeable_chunks:
+            self._order_chunks()
+        per_link: dict[tuple[int, int, int], list] = {}
+        for (c, a, b, s), var in self.send.items():
+            per_link.setdefault((a, b, s), []).append(var)
+        self._rounds_and_capacity(per_link)
+        self._incoming = incoming
+        self._in_units = self._units(into=True)
+
+    def _rounds_and_capacity(self, per_link: dict[tuple[int, int, int], list]) -> None:
+        """Unary extra rounds per step and the capacity rows of every link and group
+        (one row per orbit of links/groups under the symmetries)."""
+        topo, S = self.topology, self.steps
+        self._per_link = per_link
+        # rounds: extra[s][k] for k < max extra per step, ordered
+        spare = self.max_rounds - S
+        self.extra = [[self._var(f"e_{s}_{k}") for k in range(spare)] for s in range(1, S + 1)]
+        for row in self.extra:
+            for k in range(1, len(row)):
+                self._clause(-row[k], row[k - 1])
+        link_rep = _orbits([l.key for l in topo.links], [lambda k, g=g: (g.ranks[k[0]], g.ranks[k[1]])
+                                                          for g in self.symmetries])
+        # a link in a group no wider than itself is already bounded by the group's row
+        covered = {key for g in topo.groups for key in g.links
+                   if topo.group_capacity(g) <= topo.link_capacity(topo.link(*key))}
+        for (a, b, s), vars_ in per_link.items():
+            if link_rep[(a, b)] == (a, b) and (a, b) not in covered:
+                self._capacity(vars_, topo.link_capacity(topo.link(a, b)), s)
+        group_names = {frozenset(g.links): g.name for g in topo.groups}
+        by_name = {g.name: g for g in topo.groups}
+        group_rep = _orbits([g.name for g in topo.groups], [
+            lambda name, g=g: group_names.get(frozenset((g.ranks[a], g.ranks[b]) for a, b in by_name[name].links), name)
+            for g in self.symmetries
+        ]) if topo.groups else {}
+        for group in topo.groups:
+            if group_rep.get(group.name, group.name) != group.name:
+                continue
+            cap = topo.group_capacity(group)
+            for s in range(1, S + 1):
+                vars_ = [v for key in group.links for v in per_link.get((key[0], key[1], s), [])]
+                self._capacity(vars_, cap, s)
+
+    def _order_chunks(self) -> None:
+        """Interchangeable chunks reach a designated rank in index order (a valid relabeling)."""
+        for members in interchangeable_chunks(self.collective):
+            first = members[0]
+            targets = sorted(self.collective.post[first] - self.collective.pre[first])
+            if not targets:
+                continue
+            d = max(targets, key=lambda r: (self._dist[first][r], -r))
+            for c1, c2 in zip(members, members[1:]):
+                for s in range(self.steps + 1):
+                    later, earlier = self.has[(c2, d, s)], self.has[(c1, d, s)]
+                    if not isinstance(later, bool):
+                        self._clause(-later, earlier)
+
+    def _capacity(self, sends: list[int], cap: int, step: int) -> None:
+        """rounds[step] <= 1 + k (i.e. not extra[k])  =>  at most cap * (1 + k) sends."""
+        row = self.extra[step - 1]
+        if len(sends) <= cap:
+            return
+        if not row:
+            self._at_most(sends, cap)
+            return
+        top = cap * (1 + len(row))
+        count = self._counter(sends, min(len(sends), top + 1))
+        for k, more in enumerate(row):
+            if len(sends) > cap * (1 + k):
+                self._clause(-count[cap * (1 + k)], more)
+        if len(sends) > top:
+            self._clause(-count[top])
+
+    # ------------------------------------------------------------------ implied saturation rows
+    def _units(self, into: bool) -> dict[int, list[tuple[int, list]]]:
+        """rank -> its in-links (out-links) cut into capacity units (cap, link keys): a group
+        holding only links into (out of) the rank and tighter than their sum is one unit."""
+        topo, side = self.topology, (1 if into else 0)
+        out = {}
+        for r in range(topo.ranks):
+            units, covered = [], set()
+            for g in topo.groups:
+                keys = set(g.links)
+                if keys and all(k[side] == r for k in keys) and not (keys & covered):
+                    cap = topo.group_capacity(g)
+                    if cap < sum(topo.link_capacity(topo.link(*k)) for k in keys):
+                        units.append((cap, sorted(keys)))
+                        covered |= keys
+            units += [(topo.link_capacity(l), [l.key]) for l in topo.links
+                      if l.key[side] == r and l.key not in covered]
+            out[r] = units
+        return out
+
+    def _unit_lower_bounds(self, sel: int, units: list, slack: int) -> None:
+        """sel and rounds[s] >= 1 + k  ->  unit u carries >= cap_u * (1 + k) - slack chunks in step s."""
+        for cap, keys in units:
+            for s in range(1, self.steps + 1):
+                xs = [x for k in keys for x in self._per_link.get((k[0], k[1], s), [])]
+                seen = (tuple(sorted(xs)), cap, s, slack, sel)  # symmetric instances share variables
+                if seen in self._rows_done:
+                    continue
+                self._rows_done.add(seen)
+                row = self.extra[s - 1]
+                for k in range(len(row) + 1):
+                    least = cap * (1 + k) - slack
+                    if least <= 0:
+                        continue
+                    guard = [-sel] + ([-row[k - 1]] if k > 0 else [])
+                    if len(xs) < least:
+                        self._clause(*guard)
+                    elif least == 1:
+                        self._clause(*guard, *xs)
+                    else:
+                        count = self._counter(xs, min(len(xs), cap * (1 + len(row)) + 1))
+                        self._clause(*guard, count[least - 1])
+
+    def _saturation(self, sel: int, rounds: int) -> None:
+        """Implied: rank r takes in <= sum(cap_u) * rounds chunks and needs N_r of them."""
+        coll = self.collective
+        for r, units in self._in_units.items():
+            need = sum(1 for c in range(coll.chunks) if r in coll.post[c] and r not in coll.pre[c])
+            if need == 0:
+                continue
+            slack = sum(cap for cap, _ in units) * rounds - need
+            if slack < 0:
+                self._clause(-sel)
+                return
+            self._unit_lower_bounds(sel, units, slack)
+            if slack == 0:  # r takes in exactly N_r chunks: none twice
+                into: dict[int, list] = {}
+                for (c, b, s), xs in self._incoming.items():
+                    if b == r:
+                        into.setdefault(c, []).extend(xs)
+                for c, xs in into.items():
+                    key = (tuple(sorted(xs)), sel)
+                    if key not in self._rows_done:
+                        self._rows_done.add(key)
+                        self._at_most(xs, 1, (-sel,))
+
+    def _out_saturation(self, sel: int, rounds: int) -> None:
+        """Implied: all sends >= all needed receptions N; all sends <= sum(cap_u) * rounds over
+        a partition of the links into units; so unit u carries >= cap_u * rounds[s] - slack in step s."""
+        coll = self.collective
+        units = [u for rank_units in self._units(into=False).values() for u in rank_units]
+        need = sum(len(post - pre) for pre, post in zip(coll.pre, coll.post))
+        slack = sum(cap for cap, _ in units) * rounds - need
+        if slack < 0:
+            self._clause(-sel)
+            return
+        self._unit_lower_bounds(sel, units, slack)
+
+    def _selector(self, rounds: int) -> int:
+        if rounds not in self._selectors:
+            sel = self._var(f"rounds_le_{rounds}")
+            self._at_most_unary_sum(self.extra, rounds - self.steps, (-sel,))
+            if self._incoming is not None:  # the plain encoding's implied rows
+                if self.options.saturate:
+                    self._saturation(sel, rounds)
+                if self.options.out_saturate:
+                    self._out_saturation(sel, rounds)
+            self._selectors[rounds] = sel
+        return self._selectors[rounds]
+
+    # ------------------------------------------------------------------ solving
+    def solve(self, rounds: int, time_limit: float | None = None) -> SolveResult:
+        """Is there a schedule with these steps and at most ``rounds`` rounds in total?"""
+        if rounds < self.steps or rounds > self.max_rounds:
+            raise ValueError(f"rounds {rounds} outside {self.steps}..{self.max_rounds}")
+        return self._check([self._selector(rounds)], time_limit)
+
+    def solve_split(self, rounds_per_step: tuple[int, ...], time_limit: float | None = None) -> SolveResult:
+        """Is there a schedule with exactly these rounds in each step? (assumptions; exact)"""
+        if len(rounds_per_step) != self.steps or min(rounds_per_step) < 1:
+            raise ValueError(f"need {self.steps} per-step rounds >= 1, got {rounds_per_step}")
+        for row, rounds in zip(self.extra, rounds_per_step):
+            if rounds - 1 > len(row):
+                raise ValueError(f"{rounds} rounds in a step exceed this instance's {1 + len(row)}")
+        # the total's selector too: it switches on the implied rows for that total
+        assumptions = [self._selector(sum(rounds_per_step))]
+        for row, rounds in zip(self.extra, rounds_per_step):
+            assumptions += [e if k < rounds - 1 else -e for k, e in enumerate(row)]
+        return self._check(assumptions, time_limit)
+
+    def _check(self, assumptions: list, time_limit: float | None) -> SolveResult:
+        started = time.perf_counter()
+        self._solver.set("timeout", max(1, int(time_limit * 1000)) if time_limit is not None else 4294967295)
+        verdict = self._solver.check(*[self._ref(lit) for lit in assumptions])
+        seconds = time.perf_counter() - started
+        if verdict == z3.unsat:
+            return SolveResult(Status.INFEASIBLE, None, seconds)
+        if verdict == z3.unknown:
+            reason = self._solver.reason_unknown()
+            if "canceled" in reason or "interrupted" in reason:
+                raise KeyboardInterrupt
+            # z3 5.4's incremental SAT core is not trustworthy after an interrupted check (it was
+            # seen answering "sat" with models that break hard constraints), so start afresh.
+            self._renew_solver()
+            status = Status.TIMEOUT if "timeout" in reason or "memory" in reason else Status.ERROR
+            return SolveResult(status, None, seconds, reason)
+        return SolveResult(Status.SOLVED, self._decode(self._solver.model(), seconds), seconds)
+
+    def _decode(self, model: z3.ModelRef, seconds: float) -> Schedule:
+        coll = self.collective
+        chosen: dict[int, dict[tuple[int, int], Send]] = {s: {} for s in range(1, self.steps + 1)}
+        for (c, a, b, s), var in sorted(self.send.items()):
+            if self._value(model, var) and (b, c) not in chosen[s]:
+                chosen[s][(b, c)] = Send(c, a, b)
+        steps = []
+        for s in range(1, self.steps + 1):
+            extra = sum(self._value(model, e) for e in self.extra[s - 1])
+            steps.append(Step(tuple(sorted(chosen[s].values())), 1 + extra))
+        meta = {"synthesizer": "smt", "solve_seconds": round(seconds, 4)}
+        return Schedule(self.topology, coll, tuple(steps), meta)
+
+
+def _orbits(keys: list, maps: list) -> dict:
+    """Representative (smallest member) of every key's orbit under the maps (union-find)."""
+    parent = {k: k for k in keys}
+
+    def find(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for image_of in maps:
+        for k in keys:
+            image = image_of(k)
+            if image in parent:
+                a, b = find(k), find(image)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    return {k: find(k) for k in keys}

@@ -1,0 +1,366 @@
+"""Search strategies over k-synchronous instances: solve one, least steps, the Pareto frontier.
+
+Flow: bounds -> reductions (combining collectives run as their duals on the reversed topology;
+allreduce as reduce_scatter + allgather) -> SMT backend -> verify. Only INFEASIBLE prunes; a
+TIMEOUT is reported and marks a frontier incomplete, never "infeasible".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable
+
+from synth.smt.encoding import SmtOptions
+from synth.bounds.lower_bounds import lower_bounds
+from synth.core.collectives import make_collective
+from synth.core.transforms import compose
+from synth.core.schedule import Schedule, SolveResult, Status
+from synth.smt.session import SmtSession, check_schedule
+from synth.core.topology import Topology
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One solver call: the instance, how it ended, and how long it took."""
+
+    steps: int
+    rounds: int
+    chunks: int
+    status: Status
+    seconds: float
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    steps: int
+    rounds: int
+    chunks: int
+    schedule: Schedule
+    solve_seconds: float
+
+    @property
+    def ratio(self) -> Fraction:
+        return Fraction(self.rounds, self.chunks)
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Non-dominated (steps, rounds/chunk) points; ``complete`` only if nothing timed out."""
+
+    topology: Topology
+    collective: str
+    points: tuple[FrontierPoint, ...]
+    complete: bool
+    attempts: tuple[Attempt, ...] = ()
+    note: str = ""
+    bounds: dict = field(default_factory=dict)
+
+
+def pareto(
+    topology: Topology,
+    name: str,
+    root: int | None = None,
+    max_chunks: int = 8,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+    options: SmtOptions = SmtOptions(),
+    direct_allreduce: bool = False,
+) -> Frontier:
+    """Walk steps upward from the steps bound; for each, the least rounds/chunk below the best so far.
+
+    Stops when a point meets both bounds, or when no (R, C) with R >= S, C <= max_chunks can
+    beat the best ratio found. Ctrl-C returns what was found so far (complete=False).
+    """
+    if name == "allreduce":
+        return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce)
+    session = SmtSession(topology, name, root, options)
+    bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
+    return _search(session, max(1, bounds.steps), bounds.rounds_per_chunk, max_chunks, time_limit, progress)
+
+
+def _search(
+    session: SmtSession,
+    steps_lb: int,
+    ratio_lb: Fraction | None,
+    max_chunks: int,
+    time_limit: float | None,
+    progress: Progress,
+    known: tuple[FrontierPoint, ...] = (),
+    max_steps: int | None = None,
+) -> Frontier:
+    """The frontier walk. ``known`` points (found another way) only raise the bar: a step count
+    is searched for ratios below every known point with no more steps. ``max_steps`` caps S."""
+    topology, name = session.original, session.name
+    points: list[FrontierPoint] = []
+    attempts: list[Attempt] = []
+    best: Fraction | None = None
+    complete = True
+    note = ""
+
+    def attempt(S: int, R: int, C: int, by_splits: bool = True) -> SolveResult:
+        result = session.solve(S, R, C, time_limit, by_splits)
+        attempts.append(Attempt(S, R, C, result.status, result.seconds))
+        label = f"{name} (direct)" if session.direct else name
+        progress(f"{topology.name} {label} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
+        return result
+
+    def bar(S: int) -> Fraction | None:
+        ratios = [p.ratio for p in known if p.steps <= S] + ([best] if best is not None else [])
+        return min(ratios) if ratios else None
+
+    S = steps_lb
+    incumbent: FrontierPoint | None = None
+    try:
+        while (bar(S) is None or S < bar(S) * max_chunks) and (max_steps is None or S <= max_steps):
+            incumbent = None
+            ceiling = bar(S)
+            if ceiling is None:
+                # any schedule with S steps at all? (ample rounds); its rounds cap the search
+                R = _rounds_cap(session, S, 1)
+                result = attempt(S, R, 1, by_splits=False)  # a probe: any rounds will do
+                if result.status == Status.SOLVED:
+                    incumbent = FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule, result.seconds)
+                    ceiling = incumbent.ratio
+                elif result.status != Status.INFEASIBLE:
+                    complete = False
+            if ceiling is not None:
+                infeasible_up_to: dict[int, int] = {}
+                for R, C in _candidates(S, ratio_lb, ceiling, max_chunks):
+                    if R <= infeasible_up_to.get(C, 0):
+                        continue  # fewer rounds than a proven-infeasible budget
+                    if R < session.rounds_floor(S, C):
+                        continue  # the time-expanded LP rules it out: no solver call needed
+                    result = attempt(S, R, C)
+                    if result.status == Status.SOLVED:
+                        found = FrontierPoint(S, result.schedule.total_rounds, C, result.schedule, result.seconds)
+                        if incumbent is None or found.ratio < incumbent.ratio:
+                            incumbent = found
+                        break  # candidates come in increasing rounds/chunk: this is the least
+                    if result.status == Status.INFEASIBLE:
+                        infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), R)
+                    else:
+                        complete = False
+            if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
+                points.append(incumbent)
+                best = incumbent.ratio
+                if ratio_lb is not None and best <= ratio_lb:
+                    break  # meets the rounds bound: more steps cannot help
+            S += 1
+    except KeyboardInterrupt:
+        complete = False
+        note = "interrupted"
+        if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
+            points.append(incumbent)  # the best found for this step count so far (maybe not least)
+    if not note and ratio_lb is not None and (best is None or best > ratio_lb) and not known:
+        note = (f"the rounds bound {ratio_lb} is not reached with at most {max_chunks} chunks; "
+                f"best rounds/chunk found: {best}")
+    frontier = _non_dominated(points)
+    return Frontier(topology, name, tuple(frontier), complete, tuple(attempts), note,
+                    {"steps": steps_lb, "rounds_per_chunk": str(ratio_lb) if ratio_lb is not None else None})
+
+
+def _candidates(S: int, ratio_lb, ceiling: Fraction, max_chunks: int) -> list[tuple[int, int]]:
+    """(R, C) with R >= S, R/C in [ratio bound, ceiling), by increasing R/C then C."""
+    out = []
+    for C in range(1, max_chunks + 1):
+        low = max(S, math.ceil((ratio_lb or 0) * C))
+        R = low
+        while Fraction(R, C) < ceiling:
+            out.append((R, C))
+            R += 1
+    return sorted(out, key=lambda rc: (Fraction(rc[0], rc[1]), rc[1]))
+
+
+def _rounds_cap(session: SmtSession, steps: int, chunks: int) -> int:
+    """Rounds that certainly suffice for ``steps`` (every chunk on one link in one step)."""
+    coll = session.collective(chunks)
+    return steps * max(1, coll.chunks)
+
+
+def _non_dominated(points: list[FrontierPoint]) -> list[FrontierPoint]:
+    """Points no other point beats in both steps and rounds/chunk (ties: fewest chunks).
+
+    In order of steps, a point is kept only when its ratio is below every kept one.
+    """
+    out: list[FrontierPoint] = []
+    for p in sorted(points, key=lambda p: (p.steps, p.ratio, p.chunks)):
+        if not out or p.ratio < out[-1].ratio:
+            out.append(p)
+    return out
+
+
+def least_steps(
+    topology: Topology,
+    name: str,
+    root: int | None = None,
+    chunks: int = 1,
+    extra_rounds: int = 0,
+    max_steps: int | None = None,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+) -> tuple[SolveResult, tuple[Attempt, ...]]:
+    """Fewest steps S with rounds S + extra_rounds; starts where both bounds allow, stops at a cap."""
+    if name == "allreduce":
+        return _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress)
+    session = SmtSession(topology, name, root)
+    bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
+    start = max(1, bounds.steps)
+    if bounds.rounds_per_chunk is not None:
+        start = max(start, math.ceil(bounds.rounds_per_chunk * chunks) - extra_rounds)
+    cap = max_steps if max_steps is not None else start + 2 * topology.ranks * chunks
+    attempts: list[Attempt] = []
+    unknown = False
+    for S in range(start, cap + 1):
+        if S + extra_rounds < session.rounds_floor(S, chunks):
+            progress(f"{topology.name} {name} (S={S}, R={S + extra_rounds}, C={chunks}): "
+                     "infeasible by the time-expanded LP bound")
+            attempts.append(Attempt(S, S + extra_rounds, chunks, Status.INFEASIBLE, 0.0))
+            continue
+        result = session.solve(S, S + extra_rounds, chunks, time_limit)
+        attempts.append(Attempt(S, S + extra_rounds, chunks, result.status, result.seconds))
+        progress(f"{topology.name} {name} (S={S}, R={S + extra_rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
+        if result.status == Status.SOLVED:
+            return result, tuple(attempts)
+        if result.status != Status.INFEASIBLE:
+            unknown = True
+    if start > cap:
+        return SolveResult(Status.INFEASIBLE, None, 0.0,
+                           f"no schedule with at most {cap} steps: the bounds need at least {start}"), ()
+    status = Status.TIMEOUT if unknown else Status.INFEASIBLE
+    message = (
+        f"no schedule with {start}..{cap} steps ({extra_rounds} extra rounds, {chunks} chunks)"
+        + (": some attempts timed out, so more steps may or may not be needed" if unknown else "")
+    )
+    return SolveResult(status, None, sum(a.seconds for a in attempts), message), tuple(attempts)
+
+
+def solve_instance(
+    topology: Topology,
+    name: str,
+    root: int | None,
+    steps: int,
+    rounds: int,
+    chunks: int,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+) -> SolveResult:
+    """One instance; allreduce as the best-balanced reduce_scatter + allgather split that fits."""
+    if name == "allreduce":
+        return _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress)
+    result = SmtSession(topology, name, root).solve(steps, rounds, chunks, time_limit)
+    progress(f"{topology.name} {name} (S={steps}, R={rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
+    return result
+
+
+def _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress) -> SolveResult:
+    rs, ag = SmtSession(topology, "reduce_scatter", None), SmtSession(topology, "allgather", None)
+    lb_rs = lower_bounds(topology, make_collective("reduce_scatter", topology.ranks)).steps
+    lb_ag = lower_bounds(topology, make_collective("allgather", topology.ranks)).steps
+    splits = [
+        (s1, r1)
+        for s1 in range(max(1, lb_rs), steps - max(1, lb_ag) + 1)
+        for r1 in range(s1, rounds - (steps - s1) + 1)
+    ]
+    splits.sort(key=lambda sr: (abs(2 * sr[0] - steps), abs(2 * sr[1] - rounds)))
+    started = time.perf_counter()
+    unknown = False
+    for s1, r1 in splits:
+        s2, r2 = steps - s1, rounds - r1
+        first = rs.solve(s1, r1, chunks, time_limit)
+        progress(f"{topology.name} reduce_scatter (S={s1}, R={r1}, C={chunks}): {first.status.value} {first.seconds:.2f}s")
+        if first.status != Status.SOLVED:
+            unknown |= first.status != Status.INFEASIBLE
+            continue
+        second = ag.solve(s2, r2, chunks, time_limit)
+        progress(f"{topology.name} allgather (S={s2}, R={r2}, C={chunks}): {second.status.value} {second.seconds:.2f}s")
+        if second.status != Status.SOLVED:
+            unknown |= second.status != Status.INFEASIBLE
+            continue
+        return SolveResult(Status.SOLVED, _compose_allreduce(topology, first.schedule, second.schedule, chunks),
+                           time.perf_counter() - started)
+    status = Status.TIMEOUT if unknown else Status.INFEASIBLE
+    return SolveResult(status, None, time.perf_counter() - started,
+                       "as a reduce_scatter + allgather composition (a direct allreduce might fit)")
+
+
+def _compose_allreduce(topology: Topology, rs: Schedule, ag: Schedule, chunks: int) -> Schedule:
+    coll = make_collective("allreduce", topology.ranks, chunks=chunks)
+    schedule = compose(rs, ag, coll).with_meta(
+        synthesizer="smt", composition="reduce_scatter+allgather",
+        steps=len(rs.steps) + len(ag.steps), rounds=(rs.total_rounds or 0) + (ag.total_rounds or 0), chunks=chunks,
+        solve_seconds=round(rs.meta.get("solve_seconds", 0) + ag.meta.get("solve_seconds", 0), 4),
+    )
+    check_schedule(schedule)
+    return schedule
+
+
+def pareto_allreduce(
+    topology: Topology,
+    max_chunks: int = 8,
+    time_limit: float | None = 60.0,
+    progress: Progress = _quiet,
+    direct: bool = False,
+    direct_chunks: int = 3,
+) -> Frontier:
+    """Allreduce frontier: compositions of the reduce_scatter and allgather frontiers (equal C);
+    with ``direct``, the direct encoding is also searched (C <= direct_chunks, steps up to the
+    composition's largest) for points the compositions do not reach."""
+    rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
+    ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
+    composed = []
+    for a in rs.points:
+        for b in ag.points:
+            if a.chunks == b.chunks:
+                schedule = _compose_allreduce(topology, a.schedule, b.schedule, a.chunks)
+                composed.append(FrontierPoint(a.steps + b.steps, a.rounds + b.rounds, a.chunks, schedule,
+                                              a.solve_seconds + b.solve_seconds))
+    composed = _non_dominated(composed)
+    bounds = lower_bounds(topology, make_collective("allreduce", topology.ranks))
+    proven = bounds.proven or bounds
+    note = "reduce_scatter + allgather compositions at equal chunks"
+    found = Frontier(topology, "allreduce", (), True)
+    if direct:
+        found = _search(SmtSession(topology, "allreduce", None, direct=True), max(1, proven.steps),
+                        proven.rounds_per_chunk, min(max_chunks, direct_chunks), time_limit, progress,
+                        known=tuple(composed), max_steps=max((p.steps for p in composed), default=None))
+        note += f", and the direct encoding (chunks <= {min(max_chunks, direct_chunks)})"
+    points = _non_dominated(composed + list(found.points))
+    wins = [p for p in found.points if p in points]
+    if wins:
+        note += "; direct beats composition at " + ", ".join(f"(S={p.steps}, R={p.rounds}, C={p.chunks})" for p in wins)
+    if "interrupted" in (rs.note, ag.note, found.note):
+        note = "interrupted"
+    return Frontier(topology, "allreduce", tuple(points), rs.complete and ag.complete and found.complete,
+                    rs.attempts + ag.attempts + found.attempts, note,
+                    {"steps": proven.steps, "rounds_per_chunk": str(proven.rounds_per_chunk)
+                     if proven.rounds_per_chunk is not None else None,
+                     "composition_rounds_per_chunk": _sum_ratio(rs.bounds, ag.bounds)})
+
+
+def _sum_ratio(a: dict, b: dict) -> str | None:
+    if a.get("rounds_per_chunk") is None or b.get("rounds_per_chunk") is None:
+        return None
+    return str(Fraction(a["rounds_per_chunk"]) + Fraction(b["rounds_per_chunk"]))
+
+
+def _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress):
+    """Least-steps reduce_scatter then least-steps allgather (each with half the extra rounds)."""
+    first_extra = extra_rounds // 2
+    rs, rs_attempts = least_steps(topology, "reduce_scatter", None, chunks, first_extra, max_steps, time_limit, progress)
+    if rs.schedule is None:
+        return rs, rs_attempts
+    ag, ag_attempts = least_steps(topology, "allgather", None, chunks, extra_rounds - first_extra, max_steps,
+                                  time_limit, progress)
+    if ag.schedule is None:
+        return ag, rs_attempts + ag_attempts
+    schedule = _compose_allreduce(topology, rs.schedule, ag.schedule, chunks)
+    return SolveResult(Status.SOLVED, schedule, rs.seconds + ag.seconds), rs_attempts + ag_attempts

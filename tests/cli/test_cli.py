@@ -1,0 +1,198 @@
+"""The command line as a user runs it: outputs, exit codes, one-line errors, no partial files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from synth.baselines import registry
+from synth.baselines.common import BaselineNotApplicable
+from synth.cli.main import main
+from synth.core.io import load_schedule
+from synth.core.library import library_names, resolve_topology
+from synth.core.topology import Topology
+from synth.verify import verify
+
+from tests.test_verify import DATA
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_topo_list_and_show_json_is_a_valid_document(capsys):
+    code, out, _ = run(capsys, "topo", "list")
+    assert code == 0 and "dgx1" in out and "torus:AxB" in out and "NAMExK" in out
+    code, out, _ = run(capsys, "topo", "show", "ndv2x2", "--json")
+    topo = Topology.from_dict(json.loads(out))
+    assert code == 0 and topo.ranks == 16 and topo.machine_count == 2
+    code, out, _ = run(capsys, "topo", "show", "hypercube:3")
+    assert code == 0 and "diameter 3" in out
+
+
+def test_coll_list_and_show(capsys):
+    code, out, _ = run(capsys, "coll", "list")
+    assert code == 0 and "alltoallv" in out and "custom" in out
+    code, out, _ = run(capsys, "coll", "show", "reduce", "-n", "4", "--root", "2", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["post"] == [[2]] and doc["combining"] is True
+
+
+def test_bounds_dgx1_allgather(capsys):
+    code, out, _ = run(capsys, "bounds", "dgx1", "allgather", "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["steps"] == 2 and doc["rounds_per_chunk"] == "7/6"
+    assert doc["busbw_gbps"] == pytest.approx(150.0)
+
+
+def test_verify_exit_codes(capsys, tmp_path):
+    code, out, _ = run(capsys, "verify", str(DATA / "schedule-uring4-allgather-ring.json"))
+    assert code == 0 and out.startswith("valid")
+    code, out, _ = run(capsys, "verify", str(DATA / "schedule-uring4-allreduce-double-count.json"))
+    assert code == 4 and "double_count" in out and "link_capacity" in out
+    code, out, _ = run(capsys, "verify", "--json", str(DATA / "schedule-uring4-allgather-no-link.json"))
+    doc = json.loads(out)
+    assert code == 4 and {v["kind"] for v in doc["violations"]} == {"no_link", "not_held", "postcondition"}
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, out, err = run(capsys, "verify", str(bad))
+    assert code == 2 and err.count("\n") == 1 and "not valid JSON" in err and "Traceback" not in err
+    code, _, err = run(capsys, "verify", str(tmp_path / "absent.json"))
+    assert code == 2 and "no such file" in err
+
+
+def test_cost_agrees_with_the_contract_formula(capsys):
+    code, out, _ = run(capsys, "cost", str(DATA / "schedule-uring4-allgather-ring.json"), "--sizes", "1M", "--json")
+    rows = json.loads(out)
+    assert code == 0 and rows[0]["size"] == 1048576
+    assert rows[0]["step_time_us"] == pytest.approx(3 * (0.7 + 262144 / 25e3), abs=1e-4)
+    assert rows[0]["sim_time_us"] <= rows[0]["step_time_us"] + 1e-9
+    code, out, _ = run(capsys, "cost", str(DATA / "schedule-uring4-allreduce-ring.json"), "--sizes", "1M", "--json")
+    assert json.loads(out)[0]["step_time_us"] == pytest.approx(67.1146, abs=1e-4)
+    code, out, _ = run(capsys, "cost", str(DATA / "schedule-uring4-allgather-ring.json"))
+    assert code == 0 and "% of bound" in out
+    code, _, err = run(capsys, "cost", str(DATA / "schedule-uring4-allgather-no-link.json"))
+    assert code == 4 and "invalid schedule" in err
+
+
+def test_baseline_writes_a_verified_file(capsys, tmp_path):
+    out_file = tmp_path / "ring.json"
+    code, _, _ = run(capsys, "baseline", "ndv2x2", "allreduce", "--algo", "ring", "-o", str(out_file))
+    schedule = load_schedule(out_file)
+    assert code == 0 and schedule.meta["algorithm"] == "ring"
+    code, out, _ = run(capsys, "baseline", "dgx1", "allgather", "--algo", "list")
+    assert code == 0 and "ring" in out and "hierarchical" in out and "n/a" in out
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("bounds", "dgx9", "allgather"), "dgx1"),
+        (("bounds", "dgx1", "allgatherr"), "allgather"),
+        (("bounds", "dgx1", "broadcast", "--root", "9"), "root 9"),
+        (("baseline", "dgx1", "allgather", "--algo", "spiral"), "recursive_doubling"),
+        (("baseline", "ring:8", "allreduce", "--algo", "recursive_halving"), "no link 0->2"),
+        (("baseline", "full:6", "allgather", "--algo", "recursive_doubling"), "power-of-two"),
+        (("bounds", "ring:1", "allgather"), "ring"),
+        (("cost", "x.json", "--sizes", "12Q"), "size"),
+        (("bounds", "dgx1"), "required"),
+        (("frobnicate",), "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, needle, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.json").write_text((DATA / "schedule-uring4-allgather-ring.json").read_text())
+    code, _, err = run(capsys, *argv)
+    assert code == 2, err
+    assert err.startswith("synth: error:") and err.count("\n") == 1 and needle in err
+
+
+def oneway_topology(tmp_path):
+    """Rank 2 can send to 0 but nothing reaches rank 2: allgather is impossible."""
+    topo = {"format": "synth.topology", "version": 1, "name": "oneway", "ranks": 3,
+            "links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 1, "dst": 0, "bandwidth": 25.0},
+                      {"src": 2, "dst": 0, "bandwidth": 25.0}]}
+    path = tmp_path / "oneway.json"
+    path.write_text(json.dumps(topo))
+    return path
+
+
+def test_impossible_collective_names_unreachable_ranks(capsys, tmp_path):
+    path = oneway_topology(tmp_path)
+    out_file = tmp_path / "never.json"
+    code, _, err = run(capsys, "baseline", str(path), "allgather", "--algo", "ring", "-o", str(out_file))
+    assert code == 2 and "ranks 2" in err and not out_file.exists()
+
+
+def test_bad_topology_files(capsys, tmp_path):
+    doc = {"format": "synth.topology", "version": 1, "name": "t", "ranks": 2,
+           "links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 0, "dst": 1, "bandwidth": 25.0}]}
+    path = tmp_path / "dup.json"
+    path.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "topo", "show", str(path))
+    assert code == 2 and "duplicate link 0->1" in err
+
+
+ALL_TOPOLOGIES = library_names() + ["ring:8", "hypercube:3", "torus:4x4", "ndv2x2"]
+
+
+@pytest.mark.parametrize("topology", ALL_TOPOLOGIES)
+def test_every_applicable_baseline_verifies(topology):
+    topo = resolve_topology(topology)
+    built = 0
+    for name, entry in registry().items():
+        for collective in sorted(entry.collectives - {"alltoallv"}):
+            try:
+                schedule = entry.build(topo, collective, None, None)
+            except BaselineNotApplicable:
+                continue
+            assert verify(schedule) == [], (name, collective)
+            built += 1
+    assert built >= 14
+
+
+def test_python_dash_m_runs_the_cli():
+    done = subprocess.run([sys.executable, "-m", "synth", "coll", "list"], capture_output=True, text=True)
+    assert done.returncode == 0 and "allgather" in done.stdout
+
+
+# ---------------------------------------------------------------- synthesis commands
+def test_solve_outcomes_have_their_own_exit_codes(capsys, tmp_path):
+    out_file = tmp_path / "s.json"
+    code, _, err = run(capsys, "solve", "ring:4", "allgather", "--steps", "2", "--rounds", "3", "-o", str(out_file))
+    assert code == 0 and verify(load_schedule(out_file)) == []
+    code, _, err = run(capsys, "solve", "ring:4", "allgather", "--steps", "1", "-o", str(tmp_path / "no.json"))
+    assert code == 3 and "infeasible" in err and "proven" in err and not (tmp_path / "no.json").exists()
+    code, _, err = run(capsys, "solve", "dgx1", "alltoall", "--steps", "3", "--rounds", "9", "--chunks", "3",
+                       "--time-limit", "0.001", "-o", str(tmp_path / "t.json"))
+    assert code in (0, 5)
+    if code == 5:
+        assert "unknown" in err and "timed out" in err and "infeasible" not in err
+    code, _, err = run(capsys, "solve", "mi250x2", "allgather", "--steps", "3")
+    assert code == 2 and "rounds do not apply" in err
+
+
+def test_pareto_writes_frontier_and_schedules(capsys, tmp_path):
+    code, out, _ = run(capsys, "pareto", "ring:4", "allgather", "--max-chunks", "2", "-o", str(tmp_path / "f"))
+    doc = json.loads((tmp_path / "f" / "frontier.json").read_text())
+    assert code == 0 and doc["complete"] is True and "complete" in out
+    for point in doc["points"]:
+        assert verify(load_schedule(tmp_path / "f" / point["schedule"])) == []
+
+
+def test_least_steps_gives_up_at_the_cap(capsys, tmp_path):
+    code, _, err = run(capsys, "least-steps", "line:4", "broadcast", "--max-steps", "2")
+    assert code == 3 and "no schedule with" in err
+
+
+def test_solve_on_an_impossible_collective_names_the_ranks(capsys, tmp_path):
+    path = oneway_topology(tmp_path)
+    code, _, err = run(capsys, "pareto", str(path), "allgather", "-o", str(tmp_path / "f"))
+    assert code == 2 and "impossible" in err and "ranks 2" in err
+    assert not (tmp_path / "f").exists()

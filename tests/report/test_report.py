@@ -1,0 +1,106 @@
+"""synth report: candidates, evaluation, winners, files, resume (synth.report)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from synth.bounds.lower_bounds import lower_bounds
+from synth.cli.main import main
+from synth.cost import cost_rows
+from synth.core.io import load_schedule
+from synth.report import runner
+from synth.report.evaluate import size_grid
+
+
+@pytest.fixture(scope="module")
+def full4_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "full4"
+    doc = runner.report("full:4", "allgather", out, sizes="1K..1G", time_limit=30)
+    return out, doc
+
+
+def test_report_writes_every_file(full4_report):
+    out, doc = full4_report
+    for name in ("report.md", "report.csv", "report.json", "busbw.png", "time.png", "selection.json"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "busbw.png").read_bytes()[:4] == b"\x89PNG"
+    kinds = {s["kind"] for s in doc["schedules"]}
+    assert "smt" in kinds and "baseline" in kinds
+
+
+def test_every_number_is_what_synth_cost_gives_for_the_named_file(full4_report):
+    out, doc = full4_report
+    for entry in doc["schedules"]:
+        schedule = load_schedule(out / entry["file"])
+        rows = cost_rows(schedule, doc["sizes"], lower_bounds(schedule.topology, schedule.collective))
+        assert [r["step_time_us"] for r in rows] == pytest.approx([r["step_time_us"] for r in entry["rows"]])
+        assert [r["sim_time_us"] for r in rows] == pytest.approx([r["sim_time_us"] for r in entry["rows"]])
+    with open(out / "report.csv") as handle:
+        lines = list(csv.DictReader(handle))
+    assert len(lines) == len(doc["schedules"]) * len(doc["sizes"])
+
+
+def test_fastest_ranges_cover_all_sizes_and_name_the_minimum(full4_report):
+    out, doc = full4_report
+    ranges = json.loads((out / "selection.json").read_text())["ranges"]
+    assert ranges[0]["min_bytes"] == 0 and ranges[-1]["max_bytes"] is None
+    for a, b in zip(ranges, ranges[1:]):
+        assert a["max_bytes"] + 1 == b["min_bytes"]
+    for i, size in enumerate(doc["sizes"]):
+        best = min(doc["schedules"], key=lambda e: (e["rows"][i]["step_time_us"], e["label"]))
+        covering = [r for r in ranges if r["min_bytes"] <= size and (r["max_bytes"] is None or size <= r["max_bytes"])]
+        assert len(covering) == 1 and covering[0]["label"] == best["label"]
+
+
+def test_synthesized_never_beat_the_bound(full4_report):
+    _, doc = full4_report
+    for entry in doc["schedules"]:
+        for row, bound in zip(entry["rows"], doc["bound"]):
+            assert row["step_time_us"] >= bound["time_us"] * (1 - 1e-9)
+
+
+def test_report_from_a_pareto_folder(tmp_path):
+    assert main(["pareto", "ring:4", "allgather", "-o", str(tmp_path / "fr")]) == 0
+    doc = runner.report("ring:4", "allgather", tmp_path / "rep", sizes="1K,1M", from_dir=str(tmp_path / "fr"))
+    assert any(s["kind"] == "smt" for s in doc["schedules"])
+    assert main(["report", "ring:5", "allgather", "--from", str(tmp_path / "fr"), "-o", str(tmp_path / "x")]) == 2
+
+
+def test_size_grid():
+    assert size_grid("1K..4K") == [1024, 2048, 4096]
+    assert size_grid("1M,1K") == [1024, 1 << 20]
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "nosuchtopo", "allgather"],
+    ["report", "ring:4", "allgather", "--sizes", "4K..1K"],
+    ["report", "ring:4"],
+    ["report", "--all", "ring:4", "allgather"],
+])
+def test_report_bad_input_is_one_line_exit_2(args, tmp_path, capsys):
+    assert main(args + ["-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("synth: error:")
+
+
+def test_report_all_resumes_and_indexes(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "ALL_REPORTS", (("ring:4", "allgather"), ("ring:4", "broadcast")))
+    calls = []
+    real = runner.report
+
+    def counting(topology, collective, out, **kwargs):
+        calls.append((topology, collective))
+        return real(topology, collective, out, sizes="1K,1M", **kwargs)
+
+    monkeypatch.setattr(runner, "report", counting)
+    index = runner.report_all(tmp_path, time_limit=30)
+    assert len(calls) == 2
+    text = index.read_text()
+    assert "[allgather](ring:4/allgather/report.md)" in text and "broadcast" in text
+    runner.report_all(tmp_path, time_limit=30)  # everything is there: nothing is redone
+    assert len(calls) == 2
+    runner.report_all(tmp_path, force=True, time_limit=30)
+    assert len(calls) == 4

@@ -1,0 +1,191 @@
+"""SMT synthesis: every answer is checked with the verifier, never against a frozen schedule."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from synth.smt.encoding import SmtInstance
+from synth.bounds.lower_bounds import lower_bounds
+from synth.core.collectives import allgather, make_collective
+from synth.core.io import load_schedule, write_frontier
+from synth.core.library import resolve_topology
+from synth.core.schedule import Status
+from synth.smt.strategies import least_steps, pareto, solve_instance
+from synth.core.symmetry import collective_symmetries
+from synth.verify import verify
+
+from tests.schedule_strategies import topologies
+
+
+def test_uring4_allgather_frontier_meets_both_bounds():
+    frontier = pareto(resolve_topology("uring:4"), "allgather", max_chunks=2, time_limit=30)
+    assert frontier.complete
+    assert [(p.steps, p.rounds, p.chunks) for p in frontier.points] == [(3, 3, 1)]
+    assert all(verify(p.schedule) == [] for p in frontier.points)
+
+
+def test_ring4_allgather_frontier_trades_steps_for_rounds():
+    frontier = pareto(resolve_topology("ring:4"), "allgather", max_chunks=2, time_limit=30)
+    bounds = lower_bounds(resolve_topology("ring:4"), allgather(4))
+    assert frontier.complete and frontier.points
+    for point in frontier.points:
+        assert verify(point.schedule) == []
+        assert point.steps >= bounds.steps and point.ratio >= bounds.rounds_per_chunk
+        assert point.schedule.total_rounds <= point.rounds
+    # non-dominated: steps strictly up, rounds/chunk strictly down
+    for a, b in zip(frontier.points, frontier.points[1:]):
+        assert a.steps < b.steps and a.ratio > b.ratio
+    last = frontier.points[-1]
+    assert last.ratio == bounds.rounds_per_chunk  # 3/2 on a bidirectional 4-ring
+
+
+@pytest.mark.parametrize("name, root", [("reduce_scatter", None), ("reduce", 2), ("gather", 1), ("broadcast", 3)])
+def test_duals_and_rooted_collectives_verify(name, root):
+    topo = resolve_topology("ring:4")
+    result, _ = least_steps(topo, name, root, chunks=1, extra_rounds=2, time_limit=30)
+    assert result.status == Status.SOLVED
+    assert verify(result.schedule) == []
+    assert result.schedule.collective.name == name and result.schedule.topology == topo
+
+
+def test_allreduce_composition_verifies_and_counts_each_contribution_once():
+    result = solve_instance(resolve_topology("ring:4"), "allreduce", None, 4, 6, 1, time_limit=30)
+    assert result.status == Status.SOLVED and verify(result.schedule) == []
+    assert result.schedule.meta["composition"] == "reduce_scatter+allgather"
+
+
+def test_below_the_steps_bound_is_infeasible_not_timeout():
+    result = solve_instance(resolve_topology("line:4"), "broadcast", 0, 2, 2, 1, time_limit=30)
+    assert result.status == Status.INFEASIBLE and result.schedule is None
+
+
+def test_a_timeout_is_reported_as_timeout():
+    topo = resolve_topology("dgx1")
+    inst = SmtInstance(topo, allgather(8, 6), 3, 7)
+    result = inst.solve(7, time_limit=0.001)
+    assert result.status in (Status.TIMEOUT, Status.SOLVED)
+    if result.status == Status.SOLVED:  # a very fast machine: the answer must still be right
+        assert verify(result.schedule) == []
+    else:
+        assert result.schedule is None
+
+
+def test_symmetric_restriction_gives_symmetric_valid_schedules():
+    topo = resolve_topology("ring:4")
+    coll = allgather(4, 1)
+    syms = tuple(collective_symmetries(topo, coll))
+    result = SmtInstance(topo, coll, 2, 4, symmetries=syms).solve(4)
+    assert result.status == Status.SOLVED and verify(result.schedule) == []
+    # who receives what when is invariant (the decoder may break ties between equal senders)
+    arrivals = {(s.chunk, s.dst, i) for i, step in enumerate(result.schedule.steps) for s in step.sends}
+    for sym in syms:
+        assert {(sym.chunks[c], sym.ranks[b], i) for c, b, i in arrivals} == arrivals
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topologies(max_ranks=4), st.sampled_from(["allgather", "broadcast", "alltoall", "scatter"]))
+def test_with_ample_rounds_least_steps_equals_the_hop_bound(topo, name):
+    assume(topo.rounds_apply)
+    root = 0 if name in ("broadcast", "scatter") else None
+    bound = lower_bounds(topo, make_collective(name, topo.ranks, root=root)).steps
+    result, _ = least_steps(topo, name, root, chunks=1, extra_rounds=4 * topo.ranks, time_limit=30)
+    assert result.status == Status.SOLVED and verify(result.schedule) == []
+    assert len(result.schedule.steps) == bound
+
+
+def test_frontier_files_round_trip(tmp_path):
+    frontier = pareto(resolve_topology("uring:3"), "allgather", max_chunks=1, time_limit=30)
+    path = write_frontier(tmp_path / "out", frontier)
+    import json
+
+    doc = json.loads(path.read_text())
+    assert doc["complete"] is True and doc["points"]
+    for point in doc["points"]:
+        schedule = load_schedule(path.parent / point["schedule"])  # verified on load
+        assert len(schedule.steps) == point["steps"]
+
+
+def test_rounds_bound_is_met_on_hypercube_at_one_chunk():
+    frontier = pareto(resolve_topology("hypercube:2"), "allgather", max_chunks=2, time_limit=30)
+    bounds = lower_bounds(resolve_topology("hypercube:2"), allgather(4))
+    assert frontier.complete
+    assert frontier.points[-1].ratio == Fraction(bounds.rounds_per_chunk)
+
+
+def test_cnf_cardinality_rows_are_exact():
+    import itertools
+
+    import z3
+
+    from synth.smt.cardinality import CnfBuilder
+
+    for n in range(1, 7):
+        for k in range(n + 1):
+            cnf = CnfBuilder()
+            cnf._init_cnf(0, ())
+            xs = [cnf._var(f"x{i}") for i in range(n)]
+            guard = cnf._var("g")
+            cnf._at_most(xs, k, (-guard,))
+            count = cnf._counter(xs, max(1, k))  # truncated: count[i] <-> at least i + 1
+            for values in itertools.product([False, True], repeat=n):
+                fixed = [cnf._ref(x if v else -x) for x, v in zip(xs, values)]
+                ones = sum(values)
+                assert (cnf._solver.check(cnf._ref(guard), *fixed) == z3.sat) == (ones <= k)
+                for i, out in enumerate(count):
+                    wrong = cnf._ref(-out if ones >= i + 1 else out)
+                    assert cnf._solver.check(cnf._ref(-guard), *fixed, wrong) == z3.unsat
+    for lengths in [(3,), (2, 3), (3, 1, 2), (1, 2, 2, 1)]:  # sums of unary numbers
+        for k in range(sum(lengths) + 1):
+            cnf = CnfBuilder()
+            cnf._init_cnf(0, ())
+            rows = [[cnf._var(f"r{i}_{j}") for j in range(n)] for i, n in enumerate(lengths)]
+            for row in rows:
+                for j in range(1, len(row)):
+                    cnf._clause(-row[j], row[j - 1])
+            guard = cnf._var("g")
+            cnf._at_most_unary_sum(rows, k, (-guard,))
+            for values in itertools.product(*[range(n + 1) for n in lengths]):
+                fixed = [cnf._ref(x if j < v else -x) for row, v in zip(rows, values) for j, x in enumerate(row)]
+                assert (cnf._solver.check(cnf._ref(guard), *fixed) == z3.sat) == (sum(values) <= k)
+
+
+@pytest.mark.parametrize("topo_name, name, root, steps, chunks", [
+    ("ring:4", "allgather", None, 2, 2), ("uring:4", "allgather", None, 3, 2), ("line:4", "broadcast", 0, 3, 2),
+    ("hypercube:2", "alltoall", None, 2, 1), ("ring:4", "scatter", 1, 2, 2)])
+def test_implied_saturation_rows_never_change_a_verdict(topo_name, name, root, steps, chunks):
+    """The saturation rows are implied: with and without them every budget gets the same answer."""
+    from synth.smt.encoding import SmtOptions
+
+    topo = resolve_topology(topo_name)
+    coll = make_collective(name, topo.ranks, root=root, chunks=chunks)
+    plain = SmtOptions(saturate=False, out_saturate=False)
+    with_rows, without = SmtInstance(topo, coll, steps, 3 * steps), SmtInstance(topo, coll, steps, 3 * steps, plain)
+    for rounds in range(steps, 3 * steps + 1):
+        a, b = with_rows.solve(rounds, time_limit=30), without.solve(rounds, time_limit=30)
+        assert a.status == b.status, rounds
+        assert a.schedule is None or verify(a.schedule) == []
+    for split in [(1,) * steps, (2,) + (1,) * (steps - 1), (1,) * (steps - 1) + (3,)]:
+        a, b = with_rows.solve_split(split, time_limit=30), without.solve_split(split, time_limit=30)
+        assert a.status == b.status, split
+        assert a.schedule is None or (verify(a.schedule) == [] and [s.rounds for s in a.schedule.steps] == list(split))
+
+
+def test_a_renewed_solver_keeps_every_constraint():
+    inst = SmtInstance(resolve_topology("ring:4"), allgather(4, 2), 2, 6)
+    before = [inst.solve(r).status for r in range(2, 7)]
+    inst._renew_solver()
+    assert [inst.solve(r).status for r in range(2, 7)] == before
+    result = inst.solve(6)
+    assert result.status == Status.SOLVED and verify(result.schedule) == []
+
+
+def test_direct_allreduce_on_dgx1_verifies():
+    from synth.smt.direct_allreduce import DirectAllreduceInstance
+    from synth.core.collectives import allreduce
+
+    result = DirectAllreduceInstance(resolve_topology("dgx1"), allreduce(8, 2), 5, 5).solve(5, time_limit=60)
+    assert result.status == Status.SOLVED and verify(result.schedule) == []
