@@ -16,7 +16,6 @@ capacities in chunks per round it needs at least ``x`` rounds. The LP is solved 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 

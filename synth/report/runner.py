@@ -13,7 +13,6 @@ from typing import Callable
 
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import make_collective
-from synth.cost import format_size
 from synth.core.errors import InputError
 from synth.core.io import dumps, save_schedule, write_text_atomic
 from synth.core.library import resolve_topology

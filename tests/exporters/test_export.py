@@ -334,7 +334,7 @@ def test_program_json_round_trip(program):
 # ---------------------------------------------------------------------- CLI
 def _run(argv: list[str]) -> int:
     """Parse and run like synth.cli.main.main: a SynthError is one line and its exit code."""
-    from synth.cli.main import _Parser
+    from synth.cli.common import Parser as _Parser
 
     parser = _Parser(prog="synth")
     add_export_parser(parser.add_subparsers(dest="command", parser_class=_Parser))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synth.core.errors import InputError, SynthError
+from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.milp.sketch import (SKETCH_SCHEMA, Intra, Relay, Rotation, Sketch, default_sketch, load_sketch,
                           parse_sketch)
@@ -272,22 +271,9 @@ def test_round_trip(case):
 
 # ---------------------------------------------------------------- the command line
 def cli(capsys, *argv):
-    from synth.cli import main as synth_cli
+    from synth.cli.main import main
 
-    parser = synth_cli.build_parser()
-    if "sketch" not in parser._subparsers._group_actions[0].choices:  # not wired in yet
-        from synth.cli.sketch import add_sketch_parser
-
-        parser = synth_cli._Parser(prog="synth")
-        add_sketch_parser(parser.add_subparsers(dest="command", parser_class=synth_cli._Parser))
-        try:
-            args = parser.parse_args(list(argv))
-            code = args.func(args)
-        except SynthError as exc:
-            print(f"synth: error: {exc}", file=sys.stderr)
-            code = exc.exit_code
-    else:
-        code = synth_cli.main(list(argv))
+    code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

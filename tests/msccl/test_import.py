@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.cli.main import _Parser
+from synth.cli.common import Parser as _Parser
 from synth.cli.check import add_check_parser
 from synth.core.errors import InputError
 from synth.msccl.load_rules import PROFILES, check_profile, check_program, ok

@@ -1,0 +1,54 @@
+"""What the command modules share: the argparse class with one-line errors, resolving a topology
+or collective from its spec, writing a document to a file or stdout, progress lines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from synth.core.errors import InputError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) instead of usage dumps."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        raise InputError(f"{message} (see '{self.prog} --help')")
+
+
+def topology_of(spec: str):
+    from synth.core.library import resolve_topology
+
+    return resolve_topology(spec)
+
+
+def collective_of(spec: str, ranks: int, root: int | None, chunks: int):
+    from synth.core.collectives import make_collective
+
+    return make_collective(spec, ranks, root=root, chunks=chunks)
+
+
+def write_or_print(doc, output: str | None) -> None:
+    from synth.core.io import dumps, write_text_atomic
+
+    if output in (None, "-"):
+        sys.stdout.write(dumps(doc))
+    else:
+        write_text_atomic(output, dumps(doc))
+        print(f"wrote {output}", file=sys.stderr)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def add_problem(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology")
+    p.add_argument("collective")
+    p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
+    p.add_argument("--time-limit", type=float, default=120.0, help="seconds per solver attempt (default 120)")
+
+
+def add_coll_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
+    p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")

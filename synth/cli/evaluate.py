@@ -1,0 +1,107 @@
+"""``synth bounds``, ``synth cost`` and ``synth baseline``: limits, costs, and the classic algorithms."""
+
+from __future__ import annotations
+
+import json
+
+from synth.cli.common import add_coll_options, collective_of, topology_of, write_or_print
+
+DEFAULT_COST_SIZES = "1K,64K,1M,16M,256M,1G"
+
+
+def add_evaluate_parsers(sub) -> None:
+    """Add ``bounds``, ``cost`` and ``baseline`` to ``sub``."""
+    p = sub.add_parser("bounds", help="lower bounds: steps, rounds per chunk, time, algbw/busbw")
+    p.add_argument("topology")
+    p.add_argument("collective")
+    add_coll_options(p)
+    p.add_argument("--size", default="1G", help="collective size S (bytes, K/M/G = 1024^k; default 1G)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bounds)
+
+    p = sub.add_parser("cost", help="cost of a schedule file over sizes, both models, %% of the bound")
+    p.add_argument("file")
+    p.add_argument("--sizes", default=DEFAULT_COST_SIZES, help=f"comma-separated sizes (default {DEFAULT_COST_SIZES})")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("baseline", help="build a classic algorithm as a verified schedule")
+    p.add_argument("topology")
+    p.add_argument("collective")
+    p.add_argument("--algo", required=True, help="algorithm name, or 'list' for those that apply")
+    p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
+    p.add_argument("--chunks", type=int, help="pieces per rank/buffer for pipelining (algorithm default)")
+    p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.set_defaults(func=cmd_baseline)
+
+
+def cmd_bounds(args) -> int:
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.cost import format_size, parse_size
+
+    topo = topology_of(args.topology)
+    coll = collective_of(args.collective, topo.ranks, args.root, args.chunks)
+    coll.check_on(topo)
+    size = parse_size(args.size)
+    bounds = lower_bounds(topo, coll)
+    doc = bounds.to_dict(size)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"lower bounds for {coll.name} on {topo.name} ({topo.ranks} ranks)")
+    print(f"  steps              >= {doc['steps']}")
+    print(f"  rounds per chunk   >= {doc['rounds_per_chunk'] or 'n/a (capacities are not whole numbers)'}")
+    print(f"  time at {format_size(size):>6}     >= {doc['time_us']:.4g} us")
+    print(f"  algbw              <= {doc['algbw_gbps']:.4g} GB/s")
+    print(f"  busbw              <= {doc['busbw_gbps']:.4g} GB/s")
+    if doc.get("binding"):
+        print(f"  binding: {doc['binding']}")
+    proven = doc.get("proven")
+    if proven:
+        print(f"  (the composition figure is what reports compare with; a schedule that reduces in"
+              f" flight can beat it: the proven limit is rounds per chunk >= {proven.get('rounds_per_chunk')},"
+              f" busbw <= {proven.get('busbw_gbps'):.4g} GB/s)")
+    return 0
+
+
+def cmd_cost(args) -> int:
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.cost import cost_rows, format_size, parse_sizes
+    from synth.core.io import load_schedule
+
+    schedule = load_schedule(args.file)
+    sizes = parse_sizes(args.sizes)
+    bounds = lower_bounds(schedule.topology, schedule.collective)
+    rows = cost_rows(schedule, sizes, bounds)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    coll, topo = schedule.collective, schedule.topology
+    print(f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, {schedule.send_count} sends "
+          f"({schedule.meta.get('algorithm') or schedule.meta.get('synthesizer') or 'unnamed'})")
+    print(f"{'size':>8} {'step time us':>13} {'sim time us':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'% of bound':>11}")
+    for row in rows:
+        frac = row["bound_fraction"]
+        print(f"{format_size(row['size']):>8} {row['step_time_us']:>13.4f} {row['sim_time_us']:>12.4f} "
+              f"{row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f} "
+              f"{(f'{100 * frac:.1f}%' if frac is not None else '-'):>11}")
+    return 0
+
+
+def cmd_baseline(args) -> int:
+    from synth.baselines import applicable, build_baseline
+
+    topo = topology_of(args.topology)
+    name = args.collective
+    coll = collective_of(name, topo.ranks, args.root, 1)
+    coll.check_on(topo)
+    if args.algo == "list":
+        table = applicable(topo, name, args.root)
+        if not table:
+            print(f"no baseline builds {name}")
+        for algo, reason in table.items():
+            print(f"{algo:<20} {'applies' if reason is None else 'n/a: ' + reason}")
+        return 0
+    schedule = build_baseline(topo, args.algo, name, args.root, args.chunks)
+    write_or_print(schedule.to_dict(), args.output)
+    return 0

@@ -1,0 +1,123 @@
+"""``synth topo``, ``synth coll`` and ``synth verify``: the model's commands (topologies, collectives, schedule files)."""
+
+from __future__ import annotations
+
+import json
+
+from synth.cli.common import add_coll_options, collective_of, topology_of
+from synth.core.errors import EXIT_INVALID, InputError
+
+def add_model_parsers(sub) -> None:
+    """Add ``topo list|show``, ``coll list|show`` and ``verify`` to ``sub``."""
+    topo = sub.add_parser("topo", help="topology library: list, show")
+    topo_sub = topo.add_subparsers(dest="topo_command", parser_class=type(topo), metavar="ACTION")
+    p = topo_sub.add_parser("list", help="list library topologies and generators")
+    p.set_defaults(func=cmd_topo_list)
+    p = topo_sub.add_parser("show", help="describe a topology (name, generator, NAMExK or file)")
+    p.add_argument("topology")
+    p.add_argument("--json", action="store_true", help="print the synth.topology document")
+    p.set_defaults(func=cmd_topo_show)
+
+    coll = sub.add_parser("coll", help="collectives: list, show")
+    coll_sub = coll.add_subparsers(dest="coll_command", parser_class=type(coll), metavar="ACTION")
+    p = coll_sub.add_parser("list", help="list collectives")
+    p.set_defaults(func=cmd_coll_list)
+    p = coll_sub.add_parser("show", help="show a collective's pre/post conditions")
+    p.add_argument("collective")
+    p.add_argument("-n", "--ranks", type=int, help="number of ranks")
+    add_coll_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_coll_show)
+
+    p = sub.add_parser("verify", help="replay a synth.schedule file; exit 0 valid, 4 invalid, 2 unreadable")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_topo_list(args) -> int:
+    from synth.core.library import list_topologies
+
+    rows = list_topologies()
+    width = max(len(name) for name, _ in rows)
+    for name, description in rows:
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
+def cmd_topo_show(args) -> int:
+    from synth.core.topology_summary import describe
+
+    topo = topology_of(args.topology)
+    if args.json:
+        print(json.dumps(topo.to_dict(), indent=1))
+    else:
+        print(describe(topo))
+    return 0
+
+
+def cmd_coll_list(args) -> int:
+    from synth.core.collectives import FILE_KINDS, REGISTRY
+
+    for name, kind in sorted(REGISTRY.items()):
+        rooted = " (rooted: --root R)" if kind.rooted else ""
+        print(f"{name:<15} {kind.description}{rooted}")
+    for name, text in sorted(FILE_KINDS.items()):
+        print(f"{name:<15} {text}")
+    return 0
+
+
+def cmd_coll_show(args) -> int:
+    ranks = args.ranks
+    if ranks is None:
+        if ":" in args.collective or args.collective.endswith(".json"):
+            ranks = -1
+        else:
+            raise InputError("coll show needs -n N (the number of ranks)")
+    coll = collective_of(args.collective, ranks if ranks > 0 else _ranks_of_file(args.collective), args.root, args.chunks)
+    if args.json:
+        print(json.dumps(coll.to_dict(), indent=1))
+        return 0
+    print(f"{coll.name}: {coll.ranks} ranks, {coll.chunks} chunks, buffer {coll.buffer_chunks} chunks, "
+          f"{'combining' if coll.combining else 'non-combining'}"
+          + (f", root {coll.root}" if coll.root is not None else ""))
+    for c, (pre, post) in enumerate(zip(coll.pre, coll.post)):
+        print(f"  chunk {c:>3}: pre {sorted(pre)} -> post {sorted(post)}")
+    return 0
+
+
+def _ranks_of_file(spec: str) -> int:
+    """Rank count of a file-based collective (read from the file itself)."""
+    from synth.core.io import read_json
+
+    kind, _, path = spec.partition(":")
+    doc = read_json(path if path else spec)
+    if kind == "alltoallv":
+        rows = doc.get("chunks") if isinstance(doc, dict) else doc
+        return len(rows) if isinstance(rows, list) else 0
+    if isinstance(doc, dict) and isinstance(doc.get("ranks"), int):
+        return doc["ranks"]
+    raise InputError(f"{spec}: cannot tell the number of ranks; give -n N")
+
+
+def cmd_verify(args) -> int:
+    from synth.core.io import load_schedule
+    from synth.verify import verify
+
+    schedule = load_schedule(args.file, check=False)
+    violations = verify(schedule)
+    coll, topo = schedule.collective, schedule.topology
+    summary = (f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, "
+               f"{schedule.send_count} sends, rounds {schedule.total_rounds}")
+    if args.json:
+        print(json.dumps({
+            "valid": not violations,
+            "violations": [{"step": v.step, "kind": v.kind, "message": v.message} for v in violations],
+        }, indent=1))
+    elif violations:
+        print(f"INVALID {summary}: {len(violations)} violation(s)")
+        for v in violations:
+            print(f"  {v}")
+    else:
+        print(f"valid {summary}")
+    return EXIT_INVALID if violations else 0

@@ -1,0 +1,195 @@
+"""``synth solve`` (smt, milp, greedy backends), ``synth least-steps`` and ``synth pareto``."""
+
+from __future__ import annotations
+
+import sys
+
+from synth.cli.common import add_problem, progress, topology_of, write_or_print
+from synth.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError
+
+def add_synthesis_parsers(sub) -> None:
+    """Add ``solve``, ``least-steps`` and ``pareto`` to ``sub``."""
+    p = sub.add_parser("solve", help="synthesize a schedule: one k-synchronous instance (smt), the sketch-guided "
+                                     "MILP router (milp), or a pipelined greedy schedule (greedy)")
+    add_problem(p)
+    p.add_argument("--backend", choices=("smt", "milp", "greedy"), default="smt",
+                   help="smt: exact instance (needs --steps); milp: sketch-guided router for big "
+                        "multi-machine topologies; greedy: one round per step, many chunks")
+    p.add_argument("--size", help="milp/greedy: size S to optimise and report at (default: the sketch's, 1G)")
+    p.add_argument("--sketch", help="milp: a synth.sketch v1 file (default: derived, see 'synth sketch show')")
+    p.add_argument("--solver", choices=("highs", "cbc"), help="milp: MILP/LP solver (default highs)")
+    p.add_argument("--gap", type=float, help="milp: relative MIP gap to stop at (default: prove optimality)")
+    p.add_argument("--threads", type=int, help="milp: solver threads")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--rounds", type=int, help="total rounds (default: = steps)")
+    p.add_argument("--chunks", type=int, help="chunks per rank (default 1; milp: the sketch's chunk_up)")
+    p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("least-steps", help="fewest steps with rounds = steps + extra rounds")
+    add_problem(p)
+    p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
+    p.add_argument("--extra-rounds", type=int, default=0, help="rounds beyond one per step (default 0)")
+    p.add_argument("--max-steps", type=int, help="give up after this many steps")
+    p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.set_defaults(func=cmd_least_steps)
+
+    p = sub.add_parser("pareto", help="latency/bandwidth Pareto frontier of optimal schedules")
+    add_problem(p)
+    p.add_argument("--max-chunks", type=int, default=8, help="largest chunks per rank to try (default 8)")
+    p.add_argument("--direct", action="store_true",
+                   help="allreduce: also search the direct encoding (overlapping reduce/copy trees; slower)")
+    p.add_argument("-o", "--output", required=True, help="folder for frontier.json and schedules")
+    p.set_defaults(func=cmd_pareto)
+
+
+def _report_unsolved(result, what: str) -> int:
+    from synth.core.errors import EXIT_INFEASIBLE, EXIT_UNKNOWN
+    from synth.core.schedule import Status
+
+    if result.status == Status.INFEASIBLE:
+        detail = f": {result.message}" if result.message else ""
+        print(f"synth: infeasible: {what}{detail} (proven)", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    if result.status == Status.TIMEOUT:
+        print(f"synth: unknown: the solver timed out on {what} after {result.seconds:.1f} s; "
+              "nothing was proven (raise --time-limit)", file=sys.stderr)
+        return EXIT_UNKNOWN
+    print(f"synth: error: the solver failed on {what}: {result.message}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def cmd_solve(args) -> int:
+    if args.backend == "greedy":
+        return _solve_greedy(args)
+    if args.backend == "milp":
+        return _solve_milp(args)
+    _reject_milp_options(args)
+    from synth.smt.strategies import solve_instance
+
+    topo = topology_of(args.topology)
+    if args.steps is None:
+        raise InputError("--backend smt needs --steps S (or use least-steps / pareto)")
+    rounds = args.rounds if args.rounds is not None else args.steps
+    if args.steps < 1 or rounds < args.steps or args.chunks < 1:
+        raise InputError("need steps >= 1, rounds >= steps and chunks >= 1")
+    what = f"{args.collective} on {topo.name} with {args.steps} steps, {rounds} rounds, {args.chunks} chunks"
+    result = solve_instance(topo, args.collective, args.root, args.steps, rounds, args.chunks,
+                            args.time_limit, progress)
+    if result.schedule is None:
+        return _report_unsolved(result, what)
+    write_or_print(result.schedule.to_dict(), args.output)
+    return 0
+
+
+def _reject_milp_options(args) -> None:
+    """Options only the milp backend reads are errors elsewhere; chunks default to 1 there."""
+    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
+                        ("--threads", args.threads)):
+        if given is not None:
+            raise InputError(f"{flag} applies to --backend milp")
+    if args.chunks is None:
+        args.chunks = 1
+
+
+def _solve_milp(args) -> int:
+    import time
+
+    from synth.milp.solver import MilpOptions
+    from synth.cost import format_size, parse_size
+    from synth.milp.synthesize import synthesize
+    from synth.milp.sketch import default_sketch, load_sketch
+
+    if args.steps is not None or args.rounds is not None:
+        raise InputError("--backend milp chooses its own steps and rounds; drop --steps/--rounds")
+    topo = topology_of(args.topology)
+    options = MilpOptions(solver=args.solver or "highs", time_limit=args.time_limit, gap=args.gap,
+                          threads=args.threads)
+    size = parse_size(args.size) if args.size is not None else None
+    if args.sketch is not None:
+        sketch = load_sketch(args.sketch, topo)
+        if size is not None and size != sketch.size:
+            raise InputError(f"--size {args.size} differs from the sketch's size {format_size(sketch.size)}; "
+                             "give one of them")
+        if args.chunks is not None and args.chunks != sketch.chunk_up:
+            raise InputError(f"--chunks {args.chunks} differs from the sketch's chunk_up {sketch.chunk_up}; "
+                             "give one of them")
+        progress(f"sketch: {args.sketch}: " + "; ".join(sketch.describe()))
+    else:
+        sketch, reasons = default_sketch(topo, args.collective, size)
+        if args.chunks is not None:
+            from dataclasses import replace
+
+            sketch = replace(sketch, chunk_up=args.chunks)
+            reasons = [r if not r.startswith("chunk_up") else f"chunk_up: {args.chunks} (--chunks)" for r in reasons]
+        progress(f"sketch: derived default (see 'synth sketch show {topo.name}'): " + "; ".join(reasons))
+    started = time.perf_counter()
+    result = synthesize(topo, args.collective, sketch, options, root=args.root, progress=progress)
+    seconds = time.perf_counter() - started
+    flag = "" if result.status == "solved" else " [TIMEOUT: routing plan not proven optimal]"
+    progress(f"{topo.name} {args.collective} milp: {len(result.schedule.steps)} steps, {seconds:.1f} s; at "
+              f"{format_size(result.size)}: {result.time_us:.1f} us = {result.percent_of_bound:.1f}% of the bound "
+              f"{result.bound_us:.1f} us (event simulation {result.simulated_us:.1f} us){flag}")
+    write_or_print(result.schedule.with_meta(solve_seconds=round(seconds, 3)).to_dict(), args.output)
+    return 0
+
+
+def _solve_greedy(args) -> int:
+    import time
+
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.cost import format_size, parse_size, step_time_us
+    from synth.greedy.pipeline import pipelined
+
+    if args.steps is not None or args.rounds is not None:
+        raise InputError("--backend greedy chooses its own steps and rounds; drop --steps/--rounds")
+    _reject_milp_options(args)
+    if args.chunks < 1:
+        raise InputError("--chunks must be >= 1")
+    topo = topology_of(args.topology)
+    size = parse_size(args.size or "1G")
+    started = time.perf_counter()
+    schedule = pipelined(topo, args.collective, args.chunks, args.root)
+    seconds = time.perf_counter() - started
+    bound = lower_bounds(topo, schedule.collective).time_us(size)
+    took = step_time_us(schedule, size)
+    progress(f"{topo.name} {args.collective} greedy (C={args.chunks}): {len(schedule.steps)} steps, "
+              f"{seconds:.2f}s; at {format_size(size)}: {took:.1f} us, {100 * bound / took:.1f}% of the bound")
+    write_or_print(schedule.with_meta(solve_seconds=round(seconds, 4)).to_dict(), args.output)
+    return 0
+
+
+def cmd_least_steps(args) -> int:
+    from synth.smt.strategies import least_steps
+
+    topo = topology_of(args.topology)
+    result, _ = least_steps(topo, args.collective, args.root, args.chunks, args.extra_rounds,
+                            args.max_steps, args.time_limit, progress)
+    if result.schedule is None:
+        return _report_unsolved(result, f"{args.collective} on {topo.name}")
+    meta = result.schedule.meta
+    progress(f"least steps: (S={meta.get('steps')}, R={meta.get('rounds')}, C={meta.get('chunks')})")
+    write_or_print(result.schedule.to_dict(), args.output)
+    return 0
+
+
+def cmd_pareto(args) -> int:
+    from synth.core.io import write_frontier
+    from synth.smt.strategies import pareto
+
+    topo = topology_of(args.topology)
+    frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, progress,
+                      direct_allreduce=args.direct)
+    path = write_frontier(args.output, frontier)
+    for point in frontier.points:
+        print(f"(S={point.steps}, R={point.rounds}, C={point.chunks})  rounds/chunk {point.ratio}  "
+              f"{point.solve_seconds:.2f} s")
+    state = "complete" if frontier.complete else (
+        "INCOMPLETE (interrupted)" if frontier.note == "interrupted" else "INCOMPLETE (some attempts timed out)")
+    print(f"frontier {state}: {len(frontier.points)} point(s); bounds steps {frontier.bounds.get('steps')}, "
+          f"rounds/chunk {frontier.bounds.get('rounds_per_chunk')}; wrote {path}")
+    if frontier.note:
+        print(f"note: {frontier.note}")
+    if frontier.note == "interrupted":
+        return EXIT_INTERRUPTED
+    return 0
