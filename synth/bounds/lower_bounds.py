@@ -42,23 +42,22 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
 
-from synth.bounds.flow import Demand, Network, cut_rate, flow_lp, flow_variables
+from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
+from synth.bounds.flow import Demand, flow_lp, flow_variables
+from synth.bounds.steps import latency_floor, steps_bound
 from synth.core.collective import Collective
 from synth.core.transforms import dual_collective
 from synth.core.topology import Topology
 
 _LP = "flow LP (multi-commodity relaxation)"
 FLOW_LP_LIMIT = 20_000  # flow variables; HiGHS needs ~0.4 s at 14k, 10-20 s at 50k
-_REL = 1e-7
 
 
 @dataclass(frozen=True)
@@ -122,18 +121,6 @@ class Bounds:
         return doc
 
 
-@dataclass(frozen=True)
-class _Limit:
-    """Bandwidth limits as x = chunk loads per unit of capacity (see synth.bounds.flow)."""
-
-    full: float
-    links: float
-    rounds: float | None
-    binding: str
-    rounds_binding: str | None
-    method: str
-
-
 def lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int = FLOW_LP_LIMIT) -> Bounds:
     """Steps, rounds and bandwidth bounds; raises CollectiveError when it cannot run at all."""
     collective.check_on(topology)
@@ -145,7 +132,7 @@ def lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int 
     return _bounds(topology, collective, steps, composed, _bounds(topology, collective, steps, direct, None))
 
 
-def _bounds(topo: Topology, coll: Collective, steps: int, limit: _Limit, proven: Bounds | None) -> Bounds:
+def _bounds(topo: Topology, coll: Collective, steps: int, limit: Limit, proven: Bounds | None) -> Bounds:
     rounds = None if limit.rounds is None else _to_fraction(limit.rounds / coll.chunks_per_rank)
     scale = 1.0 / (coll.buffer_chunks * 1e3)  # x (per GB/s per chunk) -> us per byte of S
     return Bounds(
@@ -165,82 +152,21 @@ def _bounds(topo: Topology, coll: Collective, steps: int, limit: _Limit, proven:
     )
 
 
-def latency_floor(topology: Topology, collective: Collective) -> float:
-    """The least total alpha on the path of the farthest demand (us).
-
-    Every hop of a chunk (or of a contribution on its way to a reduction) happens in its own
-    step, and a step lasts at least the alpha of each link it uses, so a schedule lasts at least
-    the alpha-cheapest path from a holder to each rank that needs the chunk (combining: from every
-    contributor). On dgx2x2 a chunk of the other machine crosses a 2.6 us NIC link, while
-    ``steps x alpha_min`` only knows the 0.35 us NVSwitch alpha.
-
-    >>> from synth.core.generators import ring
-    >>> from synth.core.collectives import allgather
-    >>> latency_floor(ring(4), allgather(4)) == 2 * ring(4).links[0].alpha
-    True
-    """
-    dist = _alpha_distances(topology)
-    best = 0.0
-    for pre, post in set(zip(collective.pre, collective.post)):
-        holders = sorted(pre)
-        if collective.combining:
-            targets = sorted(post)
-            if targets and holders:
-                best = max(best, float(dist[np.ix_(holders, targets)].max()))
-        elif post - pre:
-            best = max(best, float(dist[np.ix_(holders, sorted(post - pre))].min(axis=0).max()))
-    return best if math.isfinite(best) else 0.0
-
-
-def _alpha_distances(topology: Topology) -> np.ndarray:
-    """[src, dst]: least sum of link alphas over paths (Dijkstra from every rank)."""
-    import heapq
-
-    out = np.full((topology.ranks, topology.ranks), math.inf)
-    for start in range(topology.ranks):
-        row = out[start]
-        row[start] = 0.0
-        heap = [(0.0, start)]
-        while heap:
-            d, node = heapq.heappop(heap)
-            if d > row[node]:
-                continue
-            for link in topology.out_links[node]:
-                nd = d + link.alpha
-                if nd < row[link.dst]:
-                    row[link.dst] = nd
-                    heapq.heappush(heap, (nd, link.dst))
-    return out
-
-
-def steps_bound(topology: Topology, collective: Collective) -> int:
-    """The largest hop distance some chunk has to cover."""
-    dist = np.array(topology.hop_distances)
-    best = 0.0
-    for pre, post in set(zip(collective.pre, collective.post)):
-        holders = sorted(pre)
-        if collective.combining:
-            best = max(best, float(dist[np.ix_(holders, sorted(post))].max()))
-        elif post - pre:
-            best = max(best, float(dist[np.ix_(holders, sorted(post - pre))].min(axis=0).max()))
-    return int(best)
-
-
 # ---------------------------------------------------------------------------- dispatch
 def _is_allreduce(coll: Collective) -> bool:
     everyone = frozenset(range(coll.ranks))
     return coll.combining and coll.ranks > 1 and all(p == everyone for p in coll.pre + coll.post)
 
 
-def _limit(topo: Topology, coll: Collective, max_flow_vars: int) -> _Limit:
+def _limit(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
     if coll.combining and all(len(p) == 1 for p in coll.post):
         dual = _direct_limit(topo.reversed(), dual_collective(coll), max_flow_vars)
-        return _Limit(dual.full, dual.links, dual.rounds, _flip(dual.binding),
+        return Limit(dual.full, dual.links, dual.rounds, _flip(dual.binding),
                       _flip(dual.rounds_binding), f"{dual.method}, for the dual on the reversed topology")
     return _direct_limit(topo, coll, max_flow_vars)
 
 
-def _composition(topo: Topology, coll: Collective, max_flow_vars: int) -> _Limit:
+def _composition(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
     """Reduce-scatter then allgather, chunk c owned by rank c // chunks_per_rank."""
     n, per = coll.ranks, coll.chunks_per_rank
     owners = [c // per if coll.chunks == n * per else c % n for c in range(coll.chunks)]
@@ -250,7 +176,7 @@ def _composition(topo: Topology, coll: Collective, max_flow_vars: int) -> _Limit
     ag = Collective("allgather", n, False, singles, everyone, coll.buffer_chunks, None, per)
     first, second = _limit(topo, rs, max_flow_vars), _limit(topo, ag, max_flow_vars)
     rounds = None if first.rounds is None or second.rounds is None else first.rounds + second.rounds
-    return _Limit(
+    return Limit(
         first.full + second.full,
         first.links + second.links,
         rounds,
@@ -260,11 +186,11 @@ def _composition(topo: Topology, coll: Collective, max_flow_vars: int) -> _Limit
     )
 
 
-def _direct_limit(topo: Topology, coll: Collective, max_flow_vars: int) -> _Limit:
-    cuts = _cut_limit(topo, coll)
+def _direct_limit(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
+    cuts = cut_limit(topo, coll)
     classes = Counter(zip(coll.pre, coll.post))
     demands = [_demands(pre, post, coll.combining) for pre, post in classes]
-    net = _network(topo)
+    net = network_of(topo)
     size = flow_variables(sum(map(len, demands)), net)
     if size > max_flow_vars:
         return replace(cuts, method=f"cuts (flow LP skipped: ~{size} variables)")
@@ -275,11 +201,11 @@ def _direct_limit(topo: Topology, coll: Collective, max_flow_vars: int) -> _Limi
     links = full if not topo.groups else flow_lp(net, demands, mult, net.bandwidth, None)
     rounds = None
     if net.capacity is not None:
-        if _proportional(topo):
+        if proportional(topo):
             rounds = full * topo.min_link_bandwidth
         else:
             rounds = flow_lp(net, demands, mult, net.capacity, net.group_capacity)
-    lp = _Limit(full, cuts.links if links is None else links, rounds, _LP, _LP, "flow LP + cuts")
+    lp = Limit(full, cuts.links if links is None else links, rounds, _LP, _LP, "flow LP + cuts")
     return _best(lp, cuts)
 
 
@@ -289,18 +215,13 @@ def _demands(pre: frozenset[int], post: frozenset[int], combining: bool) -> list
     return [Demand(pre, d) for d in sorted(post - pre)]
 
 
-def _proportional(topo: Topology) -> bool:
-    """Capacities all derived from bandwidths, so rounds = bandwidth LP x min bandwidth."""
-    return all(l.capacity is None for l in topo.links) and all(g.capacity is None for g in topo.groups)
-
-
-def _best(primary: _Limit, cuts: _Limit) -> _Limit:
+def _best(primary: Limit, cuts: Limit) -> Limit:
     """Largest of each value; a cut names the binding constraint unless the primary is larger."""
-    full_wins = primary.full > cuts.full * (1 + _REL)
+    full_wins = primary.full > cuts.full * (1 + REL)
     rounds, rounds_binding = primary.rounds, primary.rounds_binding
-    if cuts.rounds is not None and (rounds is None or rounds <= cuts.rounds * (1 + _REL)):
+    if cuts.rounds is not None and (rounds is None or rounds <= cuts.rounds * (1 + REL)):
         rounds, rounds_binding = max(cuts.rounds, rounds or 0.0), cuts.rounds_binding
-    return _Limit(
+    return Limit(
         max(primary.full, cuts.full),
         max(primary.links, cuts.links),
         rounds,
@@ -308,131 +229,6 @@ def _best(primary: _Limit, cuts: _Limit) -> _Limit:
         rounds_binding,
         primary.method,
     )
-
-
-# ---------------------------------------------------------------------------- cuts
-_NETWORKS: dict[int, tuple[Topology, Network]] = {}
-
-
-def _network(topo: Topology) -> Network:
-    hit = _NETWORKS.get(id(topo))
-    if hit is None or hit[0] is not topo:
-        if len(_NETWORKS) > 16:
-            _NETWORKS.clear()
-        hit = _NETWORKS[id(topo)] = (topo, Network.of(topo))
-    return hit[1]
-
-
-def _cut_limit(topo: Topology, coll: Collective) -> _Limit:
-    net = _network(topo)
-    names, masks = _candidates(topo)
-    classes = Counter(zip(coll.pre, coll.post))
-    mult = np.array(list(classes.values()), dtype=float)
-    pre = _membership([p for p, _ in classes], coll.ranks)
-    post = _membership([q for _, q in classes], coll.ranks)
-    inside = masks.T.astype(float)  # ranks x candidates; float products use BLAS
-    outside = 1.0 - inside
-    post_inside = (post @ outside) == 0
-    if coll.combining:
-        leaves = (pre @ inside > 0) & ~post_inside
-    else:
-        leaves = ((pre @ outside) == 0) & ~post_inside
-    crossing = mult @ leaves
-    best = {"full": (0.0, ""), "links": (0.0, ""), "rounds": (0.0, "")}
-    variants = [("full", net.bandwidth, net.group_bandwidth), ("links", net.bandwidth, None)]
-    scaled = net.capacity is not None and _proportional(topo)
-    if net.capacity is not None and not scaled:
-        variants.append(("rounds", net.capacity, net.group_capacity))
-    for i in np.flatnonzero(crossing > 0):
-        in_s = masks[i]
-        cut = in_s[net.src] & ~in_s[net.dst]
-        for key, values, groups in variants:
-            rate, group = cut_rate(net, cut, values, groups)
-            x = math.inf if rate <= 0 else crossing[i] / rate
-            if x > best[key][0] * (1 + _REL):
-                best[key] = (x, names[i] + (f" ({group})" if group else ""))
-    if not coll.combining:
-        for name, mask, need in _reception_sets(topo, coll):
-            into = mask[net.dst]
-            for key, values, groups in variants:
-                rate, group = cut_rate(net, into, values, groups)
-                x = math.inf if rate <= 0 else need / rate
-                if x > best[key][0] * (1 + _REL):
-                    best[key] = (x, name + (f" ({group})" if group else ""))
-    if scaled:  # capacities are bandwidth / min bandwidth: the same cuts, rescaled
-        best["rounds"] = (best["full"][0] * topo.min_link_bandwidth, best["full"][1])
-    rounds = None if net.capacity is None else best["rounds"][0]
-    rounds_name = None if net.capacity is None else best["rounds"][1]
-    return _Limit(best["full"][0], best["links"][0], rounds, best["full"][1], rounds_name, "cuts")
-
-
-def _reception_sets(topo: Topology, coll: Collective):
-    """Ranks that share one incoming group (e.g. two GPUs behind one NIC), with how many chunk
-    receptions they need together: every needed copy arrives over some link into one of them
-    (internal links included), so time >= receptions / (all links into the set, under groups).
-    Cuts miss this: a copy that entered the set once is free for a cut, not for a reception."""
-    need = np.zeros(topo.ranks)
-    for (pre, post), count in Counter(zip(coll.pre, coll.post)).items():
-        for rank in post - pre:
-            need[rank] += count
-    seen: set[frozenset[int]] = set()
-    for group in topo.groups:
-        ranks = frozenset(dst for _, dst in group.links)
-        if len(ranks) < 2 or len(ranks) == topo.ranks or ranks in seen:
-            continue
-        seen.add(ranks)
-        mask = np.zeros(topo.ranks, dtype=bool)
-        mask[list(ranks)] = True
-        listed = sorted(ranks)
-        shown = _names(listed) if len(listed) <= 4 else f"{listed[0]}..{listed[-1]} ({len(listed)} ranks)"
-        yield f"receptions of ranks {shown}, the destinations of {group.name}", mask, float(need[mask].sum())
-
-
-def _membership(sets: list[frozenset[int]], ranks: int) -> np.ndarray:
-    out = np.zeros((len(sets), ranks))
-    for i, s in enumerate(sets):
-        out[i, list(s)] = 1.0
-    return out
-
-
-def _candidates(topo: Topology) -> tuple[list[str], np.ndarray]:
-    """Rank sets to cut: (names, masks[candidate, rank]); each name says which way data leaves."""
-    n = topo.ranks
-    found: dict[bytes, str] = {}
-    masks: list[np.ndarray] = []
-
-    def add(name: str, ranks) -> None:
-        mask = np.zeros(n, dtype=bool)
-        mask[list(ranks)] = True
-        if 0 < mask.sum() < n and mask.tobytes() not in found:
-            found[mask.tobytes()] = name
-            masks.append(mask)
-
-    machines = topo.machines or ()
-    m = len(machines)
-    for i, machine in enumerate(machines if m > 1 else ()):
-        add(f"machine {i} out-bandwidth", machine)
-        add(f"machine {i} in-bandwidth", set(range(n)) - set(machine))
-    for r in range(n):
-        add(f"rank {r} out-bandwidth", {r})
-        add(f"rank {r} in-bandwidth", set(range(n)) - {r})
-    if 2 < m <= 8:
-        for size in range(2, m - 1):
-            for chosen in itertools.combinations(range(m), size):
-                add(f"machines {_names(chosen)} out-bandwidth", set().union(*(machines[c] for c in chosen)))
-    elif m > 8:
-        for k in range(2, m - 1):
-            chosen = set().union(*machines[:k])
-            add(f"machines 0-{k - 1} out-bandwidth", chosen)
-            add(f"machines 0-{k - 1} in-bandwidth", set(range(n)) - chosen)
-    for k in range(2, n - 1) if m <= 1 else ():  # bisections of rings and meshes
-        add(f"ranks 0-{k - 1} out-bandwidth", range(k))
-        add(f"ranks 0-{k - 1} in-bandwidth", range(k, n))
-    return list(found.values()), np.array(masks, dtype=bool).reshape(len(masks), n)
-
-
-def _names(chosen) -> str:
-    return ",".join(map(str, chosen))
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from synth.bounds.lower_bounds import Bounds, lower_bounds, steps_bound
+from synth.bounds.lower_bounds import Bounds, lower_bounds
+from synth.bounds.steps import steps_bound
 from synth.core.collectives import allgather, allreduce, alltoall, broadcast, gather, reduce, reduce_scatter
 from synth.cost import step_time_us
 from synth.core.errors import CollectiveError
@@ -295,7 +296,7 @@ def test_ranks_sharing_a_nic_need_their_receptions_counted_together():
 def test_latency_floor_counts_the_nic_alpha_every_crossing_pays():
     from synth.baselines import registry
     from synth.baselines.common import BaselineNotApplicable
-    from synth.bounds.lower_bounds import latency_floor
+    from synth.bounds.steps import latency_floor
     from synth.core.collectives import make_collective
     from synth.cost import step_time_us
     from synth.core.library import resolve_topology

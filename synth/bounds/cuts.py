@@ -1,0 +1,166 @@
+"""Cut bounds: for a rank set, the chunks that must cross its boundary over the rate the links
+and groups allow across it; reception sets (ranks behind one incoming group) likewise.
+
+``Limit`` holds bandwidth limits as x = chunk loads per unit of capacity (see synth.bounds.flow);
+``cut_limit`` is always computed, the flow LP only where it is small enough.
+
+>>> from synth.core.generators import ring
+>>> from synth.core.collectives import allgather
+>>> limit = cut_limit(ring(4), allgather(4))  # 3 chunks enter a rank over 2 links of 25 GB/s
+>>> round(float(limit.full) * 25.0, 6), limit.binding
+(1.5, 'rank 0 in-bandwidth')
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.bounds.flow import Network, cut_rate
+from synth.core.collective import Collective
+from synth.core.topology import Topology
+
+REL = 1e-7  # relative tolerance when comparing limits
+_NETWORKS: dict[int, tuple[Topology, Network]] = {}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """Bandwidth limits as x = chunk loads per unit of capacity (see synth.bounds.flow)."""
+
+    full: float
+    links: float
+    rounds: float | None
+    binding: str
+    rounds_binding: str | None
+    method: str
+
+
+def proportional(topo: Topology) -> bool:
+    """Capacities all derived from bandwidths, so rounds = bandwidth LP x min bandwidth."""
+    return all(l.capacity is None for l in topo.links) and all(g.capacity is None for g in topo.groups)
+
+
+def network_of(topo: Topology) -> Network:
+    hit = _NETWORKS.get(id(topo))
+    if hit is None or hit[0] is not topo:
+        if len(_NETWORKS) > 16:
+            _NETWORKS.clear()
+        hit = _NETWORKS[id(topo)] = (topo, Network.of(topo))
+    return hit[1]
+
+
+def cut_limit(topo: Topology, coll: Collective) -> Limit:
+    net = network_of(topo)
+    names, masks = _candidates(topo)
+    classes = Counter(zip(coll.pre, coll.post))
+    mult = np.array(list(classes.values()), dtype=float)
+    pre = _membership([p for p, _ in classes], coll.ranks)
+    post = _membership([q for _, q in classes], coll.ranks)
+    inside = masks.T.astype(float)  # ranks x candidates; float products use BLAS
+    outside = 1.0 - inside
+    post_inside = (post @ outside) == 0
+    if coll.combining:
+        leaves = (pre @ inside > 0) & ~post_inside
+    else:
+        leaves = ((pre @ outside) == 0) & ~post_inside
+    crossing = mult @ leaves
+    best = {"full": (0.0, ""), "links": (0.0, ""), "rounds": (0.0, "")}
+    variants = [("full", net.bandwidth, net.group_bandwidth), ("links", net.bandwidth, None)]
+    scaled = net.capacity is not None and proportional(topo)
+    if net.capacity is not None and not scaled:
+        variants.append(("rounds", net.capacity, net.group_capacity))
+    for i in np.flatnonzero(crossing > 0):
+        in_s = masks[i]
+        cut = in_s[net.src] & ~in_s[net.dst]
+        for key, values, groups in variants:
+            rate, group = cut_rate(net, cut, values, groups)
+            x = math.inf if rate <= 0 else crossing[i] / rate
+            if x > best[key][0] * (1 + REL):
+                best[key] = (x, names[i] + (f" ({group})" if group else ""))
+    if not coll.combining:
+        for name, mask, need in _reception_sets(topo, coll):
+            into = mask[net.dst]
+            for key, values, groups in variants:
+                rate, group = cut_rate(net, into, values, groups)
+                x = math.inf if rate <= 0 else need / rate
+                if x > best[key][0] * (1 + REL):
+                    best[key] = (x, name + (f" ({group})" if group else ""))
+    if scaled:  # capacities are bandwidth / min bandwidth: the same cuts, rescaled
+        best["rounds"] = (best["full"][0] * topo.min_link_bandwidth, best["full"][1])
+    rounds = None if net.capacity is None else best["rounds"][0]
+    rounds_name = None if net.capacity is None else best["rounds"][1]
+    return Limit(best["full"][0], best["links"][0], rounds, best["full"][1], rounds_name, "cuts")
+
+
+def _reception_sets(topo: Topology, coll: Collective):
+    """Ranks that share one incoming group (e.g. two GPUs behind one NIC), with how many chunk
+    receptions they need together: every needed copy arrives over some link into one of them
+    (internal links included), so time >= receptions / (all links into the set, under groups).
+    Cuts miss this: a copy that entered the set once is free for a cut, not for a reception."""
+    need = np.zeros(topo.ranks)
+    for (pre, post), count in Counter(zip(coll.pre, coll.post)).items():
+        for rank in post - pre:
+            need[rank] += count
+    seen: set[frozenset[int]] = set()
+    for group in topo.groups:
+        ranks = frozenset(dst for _, dst in group.links)
+        if len(ranks) < 2 or len(ranks) == topo.ranks or ranks in seen:
+            continue
+        seen.add(ranks)
+        mask = np.zeros(topo.ranks, dtype=bool)
+        mask[list(ranks)] = True
+        listed = sorted(ranks)
+        shown = _names(listed) if len(listed) <= 4 else f"{listed[0]}..{listed[-1]} ({len(listed)} ranks)"
+        yield f"receptions of ranks {shown}, the destinations of {group.name}", mask, float(need[mask].sum())
+
+
+def _membership(sets: list[frozenset[int]], ranks: int) -> np.ndarray:
+    out = np.zeros((len(sets), ranks))
+    for i, s in enumerate(sets):
+        out[i, list(s)] = 1.0
+    return out
+
+
+def _candidates(topo: Topology) -> tuple[list[str], np.ndarray]:
+    """Rank sets to cut: (names, masks[candidate, rank]); each name says which way data leaves."""
+    n = topo.ranks
+    found: dict[bytes, str] = {}
+    masks: list[np.ndarray] = []
+
+    def add(name: str, ranks) -> None:
+        mask = np.zeros(n, dtype=bool)
+        mask[list(ranks)] = True
+        if 0 < mask.sum() < n and mask.tobytes() not in found:
+            found[mask.tobytes()] = name
+            masks.append(mask)
+
+    machines = topo.machines or ()
+    m = len(machines)
+    for i, machine in enumerate(machines if m > 1 else ()):
+        add(f"machine {i} out-bandwidth", machine)
+        add(f"machine {i} in-bandwidth", set(range(n)) - set(machine))
+    for r in range(n):
+        add(f"rank {r} out-bandwidth", {r})
+        add(f"rank {r} in-bandwidth", set(range(n)) - {r})
+    if 2 < m <= 8:
+        for size in range(2, m - 1):
+            for chosen in itertools.combinations(range(m), size):
+                add(f"machines {_names(chosen)} out-bandwidth", set().union(*(machines[c] for c in chosen)))
+    elif m > 8:
+        for k in range(2, m - 1):
+            chosen = set().union(*machines[:k])
+            add(f"machines 0-{k - 1} out-bandwidth", chosen)
+            add(f"machines 0-{k - 1} in-bandwidth", set(range(n)) - chosen)
+    for k in range(2, n - 1) if m <= 1 else ():  # bisections of rings and meshes
+        add(f"ranks 0-{k - 1} out-bandwidth", range(k))
+        add(f"ranks 0-{k - 1} in-bandwidth", range(k, n))
+    return list(found.values()), np.array(masks, dtype=bool).reshape(len(masks), n)
+
+
+def _names(chosen) -> str:
+    return ",".join(map(str, chosen))
