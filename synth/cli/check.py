@@ -2,7 +2,8 @@
 
 Wired into synth.cli.main by ``add_check_parser(sub)``. Exit codes: 0 when the file loads on every
 requested runtime and the replay finds it correct (or cannot judge it), 4 otherwise, 2 when the
-file cannot be read (or is not an MSCCL algorithm / synth.program file at all).
+file cannot be read, ends early (cut off inside a tag or with elements never closed), or is not an
+MSCCL algorithm / synth.program file at all.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def load(path: str) -> tuple[Program, object | None]:
     parsed = read_xml_file(path)
     if not parsed.algo_count:
         raise InputError(f"{path}: no <algo> element: not an MSCCL algorithm file")
+    cut = next((x for x in parsed.lexical if x.truncated), None)
+    if cut is not None:
+        raise InputError(f"{path}: line {cut.line}: the file ends early: {cut.message}")
     return parsed.program, parsed
 
 

@@ -91,13 +91,14 @@ def _ranks_of_file(spec: str) -> int:
     from synth.core.io import read_json
 
     kind, _, path = spec.partition(":")
-    doc = read_json(path if path else spec)
+    path = path or spec
+    doc = read_json(path)
     if kind == "alltoallv":
         rows = doc.get("chunks") if isinstance(doc, dict) else doc
         return len(rows) if isinstance(rows, list) else 0
-    if isinstance(doc, dict) and isinstance(doc.get("ranks"), int):
+    if isinstance(doc, dict) and type(doc.get("ranks")) is int:
         return doc["ranks"]
-    raise InputError(f"{spec}: cannot tell the number of ranks; give -n N")
+    raise InputError(f"{path}: cannot tell the number of ranks (no integer 'ranks'); give -n N")
 
 
 def cmd_verify(args) -> int:

@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from synth.core.errors import CollectiveError
+from synth.core.topology import MAX_RANKS
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 # nccl-tests busbw factors, as a function of the rank count n.
 _BUSBW = {
@@ -48,8 +54,10 @@ class Collective:
         object.__setattr__(self, "pre", tuple(frozenset(p) for p in self.pre))
         object.__setattr__(self, "post", tuple(frozenset(p) for p in self.post))
         where = f"collective {self.name!r}"
-        if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 1:
+        if not _is_int(self.ranks) or self.ranks < 1:
             raise CollectiveError(f"{where}: 'ranks' must be a positive integer, got {self.ranks!r}")
+        if self.ranks > MAX_RANKS:
+            raise CollectiveError(f"{where}: 'ranks' is {self.ranks}; synth handles at most {MAX_RANKS} ranks")
         if len(self.pre) != len(self.post):
             raise CollectiveError(
                 f"{where}: 'pre' has {len(self.pre)} chunks but 'post' has {len(self.post)}"
@@ -62,20 +70,16 @@ class Collective:
             if not post:
                 raise CollectiveError(f"{where}: chunk {c} is needed by no rank at the end")
             for rank in pre | post:
-                if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.ranks:
+                if not _is_int(rank) or not 0 <= rank < self.ranks:
                     raise CollectiveError(
                         f"{where}: chunk {c} names rank {rank!r}, out of range 0..{self.ranks - 1}"
                     )
-        if (
-            not isinstance(self.buffer_chunks, int)
-            or isinstance(self.buffer_chunks, bool)
-            or self.buffer_chunks < 1
-        ):
+        if not _is_int(self.buffer_chunks) or self.buffer_chunks < 1:
             raise CollectiveError(f"{where}: 'buffer_chunks' must be a positive integer")
-        if self.root is not None and not 0 <= self.root < self.ranks:
-            raise CollectiveError(f"{where}: root {self.root} out of range 0..{self.ranks - 1}")
-        if self.chunks_per_rank < 1:
-            raise CollectiveError(f"{where}: chunks per rank must be >= 1")
+        if self.root is not None and (not _is_int(self.root) or not 0 <= self.root < self.ranks):
+            raise CollectiveError(f"{where}: root {self.root!r} out of range 0..{self.ranks - 1}")
+        if not _is_int(self.chunks_per_rank) or self.chunks_per_rank < 1:
+            raise CollectiveError(f"{where}: chunks per rank must be an integer >= 1, got {self.chunks_per_rank!r}")
 
     @property
     def chunks(self) -> int:
@@ -141,18 +145,23 @@ class Collective:
             raise CollectiveError(f"{where}: missing field(s) {', '.join(missing)}")
         for key in ("pre", "post"):
             value = doc[key]
-            if not isinstance(value, list) or not all(isinstance(v, list) for v in value):
-                raise CollectiveError(f"{where}: {key!r} must be a list of rank lists")
+            if not isinstance(value, list) or not all(isinstance(v, list) and all(map(_is_int, v)) for v in value):
+                raise CollectiveError(f"{where}: {key!r} must be a list of lists of rank numbers")
         combining = doc.get("combining", False)
         if not isinstance(combining, bool):
             raise CollectiveError(f"{where}: 'combining' must be true or false")
-        return cls(
-            name=str(doc["name"]),
-            ranks=doc["ranks"],
-            combining=combining,
-            pre=tuple(frozenset(p) for p in doc["pre"]),
-            post=tuple(frozenset(p) for p in doc["post"]),
-            buffer_chunks=doc.get("buffer_chunks", len(doc["pre"])),
-            root=doc.get("root"),
-            chunks_per_rank=doc.get("chunks_per_rank", 1),
-        )
+        name = str(doc["name"])
+        try:
+            return cls(
+                name=name,
+                ranks=doc["ranks"],
+                combining=combining,
+                pre=tuple(frozenset(p) for p in doc["pre"]),
+                post=tuple(frozenset(p) for p in doc["post"]),
+                buffer_chunks=doc.get("buffer_chunks", len(doc["pre"])),
+                root=doc.get("root"),
+                chunks_per_rank=doc.get("chunks_per_rank", 1),
+            )
+        except CollectiveError as exc:  # name the file, not just the collective
+            detail = str(exc).removeprefix(f"collective {name!r}: ")
+            raise CollectiveError(f"{where}: {detail}") from None

@@ -13,16 +13,17 @@ frozenset({2})
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from synth.core.collective import Collective
 from synth.core.errors import CollectiveError, InputError
+from synth.core.io import read_json
 
 COLLECTIVE_FORMAT = "synth.collective"
 TRAFFIC_FORMAT = "synth.traffic"
+MAX_TRAFFIC_CHUNKS = 1 << 20  # chunks an alltoallv matrix may move in all
 
 
 def allgather(n: int, chunks: int = 1) -> Collective:
@@ -77,26 +78,31 @@ def scatter(n: int, root: int = 0, chunks: int = 1) -> Collective:
     return Collective("scatter", n, False, (frozenset({root}),) * (n * chunks), post, n * chunks, root, chunks)
 
 
-def alltoallv(matrix: list[list[int]]) -> Collective:
+def alltoallv(matrix: list[list[int]], where: str = "alltoallv") -> Collective:
     """Alltoall with per-pair chunk counts: ``matrix[s][d]`` chunks go from s to d.
 
     S (nccl-tests size) is the largest rank's send buffer, so one chunk is S / max row sum.
+    At most MAX_TRAFFIC_CHUNKS chunks in all (checked before any is built).
     """
     n = len(matrix)
     if n == 0 or any(not isinstance(row, list) or len(row) != n for row in matrix):
-        raise CollectiveError("alltoallv: the traffic matrix must be square (n rows of n counts)")
-    pre, post = [], []
+        raise CollectiveError(f"{where}: the traffic matrix must be square (n rows of n counts)")
     for src, row in enumerate(matrix):
         for dst, count in enumerate(row):
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
                 raise CollectiveError(
-                    f"alltoallv: matrix[{src}][{dst}] must be a non-negative integer chunk count, got {count!r}"
+                    f"{where}: matrix[{src}][{dst}] must be a non-negative integer chunk count, got {count!r}"
                 )
-            for _ in range(count):
-                pre.append(frozenset({src}))
-                post.append(frozenset({dst}))
-    if not pre:
-        raise CollectiveError("alltoallv: the traffic matrix moves no data (all counts are 0)")
+    total = sum(map(sum, matrix))
+    if total == 0:
+        raise CollectiveError(f"{where}: the traffic matrix moves no data (all counts are 0)")
+    if total > MAX_TRAFFIC_CHUNKS:
+        raise CollectiveError(f"{where}: the traffic matrix moves {total} chunks; at most {MAX_TRAFFIC_CHUNKS}")
+    pre, post = [], []
+    for src, row in enumerate(matrix):
+        for dst, count in enumerate(row):
+            pre += [frozenset({src})] * count
+            post += [frozenset({dst})] * count
     buffer = max(sum(row) for row in matrix)
     return Collective("alltoallv", n, False, tuple(pre), tuple(post), buffer)
 
@@ -144,18 +150,10 @@ def make_collective(spec: str, ranks: int, root: int | None = None, chunks: int 
     if not isinstance(chunks, int) or chunks < 1:
         raise CollectiveError(f"chunks per rank must be a positive integer, got {chunks!r}")
     kind, _, path = spec.partition(":")
-    if kind == "alltoallv" and path:
-        coll = alltoallv(_load_matrix(Path(path)))
-        _check_ranks(coll, ranks)
-        return coll
-    if kind == "custom" and path:
-        coll = load_custom(Path(path))
-        _check_ranks(coll, ranks)
-        return coll
+    if kind in FILE_KINDS and path:
+        return _from_file(kind, Path(path), ranks)
     if spec.endswith(".json") and Path(spec).exists():
-        coll = load_custom(Path(spec))
-        _check_ranks(coll, ranks)
-        return coll
+        return _from_file("custom", Path(spec), ranks)
     if spec in FILE_KINDS:
         raise InputError(f"{spec} needs a file: {FILE_KINDS[spec]}")
     entry = REGISTRY.get(spec)
@@ -168,35 +166,35 @@ def make_collective(spec: str, ranks: int, root: int | None = None, chunks: int 
     return entry.builder(ranks, chunks)
 
 
-def _check_ranks(coll: Collective, ranks: int) -> None:
+def _from_file(kind: str, path: Path, ranks: int) -> Collective:
+    """The collective of an alltoallv traffic file or a custom collective file, for ``ranks`` ranks."""
+    coll = alltoallv(_load_matrix(path), where=str(path)) if kind == "alltoallv" else load_custom(path)
     if coll.ranks != ranks:
-        raise CollectiveError(f"{coll.name} is for {coll.ranks} ranks but the topology has {ranks}")
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
+        raise CollectiveError(f"{path}: {coll.name} is for {coll.ranks} ranks but the topology has {ranks}")
+    return coll
 
 
 def _load_matrix(path: Path) -> list[list[int]]:
     """A traffic matrix: a JSON list of rows, or {"format": "synth.traffic", "version": 1, "chunks": rows}."""
-    doc = _read_json(path)
+    doc = read_json(path)
     if isinstance(doc, dict):
-        if doc.get("format") != TRAFFIC_FORMAT or doc.get("version") != 1:
-            raise InputError(f"{path}: expected format {TRAFFIC_FORMAT!r} version 1")
+        _check_header(doc, TRAFFIC_FORMAT, path)
         doc = doc.get("chunks")
     if not isinstance(doc, list):
         raise InputError(f"{path}: a traffic matrix must be a list of rows of chunk counts")
     return doc
 
 
+def _check_header(doc: dict, fmt: str, path: Path) -> None:
+    """InputError unless ``doc`` says it is ``fmt`` version 1 (the integer 1: not true, 1.0 or "1")."""
+    version = doc.get("version")
+    if doc.get("format") != fmt or type(version) is not int or version != 1:
+        raise InputError(f"{path}: expected format {fmt!r} version 1, got format {doc.get('format')!r} "
+                         f"version {version!r}")
+
+
 def load_custom(path: Path) -> Collective:
-    doc = _read_json(path)
+    doc = read_json(path)
     if isinstance(doc, dict) and "format" in doc:
-        if doc.get("format") != COLLECTIVE_FORMAT or doc.get("version") != 1:
-            raise InputError(f"{path}: expected format {COLLECTIVE_FORMAT!r} version 1")
+        _check_header(doc, COLLECTIVE_FORMAT, path)
     return Collective.from_dict(doc, where=str(path))

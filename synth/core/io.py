@@ -4,20 +4,33 @@ Writes are atomic (temp file in the same folder, then rename) so that a failure 
 half-written file behind. A path ending in ``.gz`` is read and written gzip-compressed (big
 schedules: a 128-GPU allgather is 7 MB of JSON, 0.4 MB compressed); the compression is
 deterministic (no timestamp), so committed files only change when their content does.
+
+Reading is strict, in one place (``parse_json``): NaN, Infinity, numbers that overflow a float,
+integers of more than MAX_INT_DIGITS digits and nesting deeper than MAX_DEPTH are refused with
+one line naming the file and the field, before any reader looks at the document.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import tempfile
+import zlib
+from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.schedule import Schedule
 from synth.core.topology import Topology
+
+
+MAX_DEPTH = 64  # nesting a document may have; synth's own formats need about 6
+MAX_INT_DIGITS = 19  # integers must fit 64 bits (unsigned); longer ones are refused
 
 
 def read_json(path: str | Path) -> Any:
@@ -29,7 +42,7 @@ def read_json(path: str | Path) -> Any:
                 text = handle.read()
         else:
             text = path.read_text(encoding="utf-8")
-    except (gzip.BadGzipFile, EOFError):
+    except (gzip.BadGzipFile, EOFError, zlib.error):
         raise InputError(f"{path}: not a gzip file (the name ends in .gz)") from None
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
@@ -39,10 +52,98 @@ def read_json(path: str | Path) -> Any:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
+    return parse_json(text, str(path))
+
+
+def parse_json(text: str, where: str) -> Any:
+    """Parse strict JSON text: no NaN or Infinity, only finite numbers, integers of at most
+    MAX_INT_DIGITS digits, at most MAX_DEPTH levels of nesting. Any problem is one InputError line
+    starting with ``where`` and naming the field.
+
+    >>> parse_json('{"a": [1, 2.5]}', "x.json")
+    {'a': [1, 2.5]}
+    >>> parse_json('{"links": [{"bandwidth": NaN}]}', "x.json")
+    Traceback (most recent call last):
+    synth.core.errors.InputError: x.json: links[0].bandwidth: NaN is not a number JSON allows (need a finite number)
+    """
+    bad: list[_BadNumber] = []
     try:
-        return json.loads(text)
+        doc = json.loads(text, parse_float=partial(_parse_float, bad), parse_constant=partial(_parse_constant, bad))
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        raise InputError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except ValueError:  # Python refuses to convert integers of thousands of digits
+        raise InputError(f"{where}: an integer has far too many digits (at most {MAX_INT_DIGITS})") from None
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    problem = _shape_problem(doc)
+    if problem == "depth":
+        raise InputError(f"{where}: nested too deeply (at most {MAX_DEPTH} levels)")
+    if problem == "integer":
+        at, value = _find(doc, _too_big)
+        raise InputError(f"{where}: {at + ': ' if at else ''}integer of {len(str(abs(value)))} digits is too "
+                         f"large (at most {MAX_INT_DIGITS} digits)")
+    if bad:
+        at, _ = _find(doc, lambda value: value is bad[0])
+        raise InputError(f"{where}: {at + ': ' if at else ''}{bad[0].problem}")
+    return doc
+
+
+_INT_LIMIT = 10 ** MAX_INT_DIGITS
+
+
+@dataclass(frozen=True, eq=False)
+class _BadNumber:
+    """Stands in, while parsing, for a number synth refuses; ``problem`` says why."""
+
+    problem: str
+
+
+def _parse_float(bad: list, text: str) -> Any:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    shown = text if len(text) <= 24 else text[:21] + "..."
+    bad.append(_BadNumber(f"{shown} is too large for a number (need a finite number)"))
+    return bad[-1]
+
+
+def _parse_constant(bad: list, text: str) -> Any:
+    bad.append(_BadNumber(f"{text} is not a number JSON allows (need a finite number)"))
+    return bad[-1]
+
+
+def _too_big(value: Any) -> bool:
+    return type(value) is int and not -_INT_LIMIT < value < _INT_LIMIT
+
+
+def _shape_problem(doc: Any) -> str | None:
+    """Why ``doc`` is refused: "depth" (containers nest deeper than MAX_DEPTH), "integer" (an
+    integer too large), or None. One level at a time, without recursion (fast on big schedules)."""
+    level, depth = [doc] if type(doc) is dict or type(doc) is list else [], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return "depth"
+        values = list(chain.from_iterable(node.values() if type(node) is dict else node for node in level))
+        level = [v for v in values if type(v) is dict or type(v) is list]
+        ints = [v for v in values if type(v) is int]
+        if ints and (max(ints) >= _INT_LIMIT or min(ints) <= -_INT_LIMIT):
+            return "integer"
+    return "integer" if _too_big(doc) else None
+
+
+def _find(doc: Any, wanted) -> tuple[str, Any]:
+    """(JSON path such as ``links[0].bandwidth``, value) of the first value for which ``wanted`` holds."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        node, path = stack.pop()
+        if wanted(node):
+            return path, node
+        if type(node) is dict:
+            stack += [(v, f"{path}.{k}" if path else str(k)) for k, v in reversed(node.items())]
+        elif type(node) is list:
+            stack += [(v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node)))]
+    return "", None
 
 
 def dumps(doc: Any) -> str:

@@ -90,7 +90,8 @@ class Schedule:
             raise ScheduleFormatError(
                 f"{where}: 'format' must be {SCHEDULE_FORMAT!r}, got {doc.get('format')!r}"
             )
-        if doc.get("version") != SCHEDULE_VERSION:
+        version = doc.get("version")
+        if type(version) is not int or version != SCHEDULE_VERSION:
             raise ScheduleFormatError(
                 f"{where}: unsupported {SCHEDULE_FORMAT} version {doc.get('version')!r} "
                 f"(this synth reads version {SCHEDULE_VERSION})"

@@ -22,6 +22,7 @@ from synth.core.errors import TopologyError
 TOPOLOGY_FORMAT = "synth.topology"
 TOPOLOGY_VERSION = 1
 
+MAX_RANKS = 65536  # bigger machines are refused before anything per rank is built
 _WHOLE_TOLERANCE = 1e-9
 
 
@@ -96,6 +97,8 @@ class Topology:
         where = f"topology {self.name!r}"
         if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 1:
             raise TopologyError(f"{where}: 'ranks' must be a positive integer, got {self.ranks!r}")
+        if self.ranks > MAX_RANKS:
+            raise TopologyError(f"{where}: 'ranks' is {self.ranks}; synth handles at most {MAX_RANKS} ranks")
         if not self.links and self.ranks > 1:
             raise TopologyError(f"{where}: has {self.ranks} ranks but no links")
         seen: set[tuple[int, int]] = set()
@@ -294,7 +297,8 @@ class Topology:
             raise TopologyError(
                 f"{where}: 'format' must be {TOPOLOGY_FORMAT!r}, got {doc.get('format')!r}"
             )
-        if doc.get("version") != TOPOLOGY_VERSION:
+        version = doc.get("version")
+        if type(version) is not int or version != TOPOLOGY_VERSION:
             raise TopologyError(
                 f"{where}: unsupported {TOPOLOGY_FORMAT} version {doc.get('version')!r} "
                 f"(this synth reads version {TOPOLOGY_VERSION})"
@@ -318,7 +322,11 @@ class Topology:
         sources = _list_field(doc, "sources", where)
         if not all(isinstance(s, str) for s in sources):
             raise TopologyError(f"{where}: 'sources' must be a list of strings")
-        return cls(name, ranks, links, groups, machines, nics, tuple(sources))
+        try:
+            return cls(name, ranks, links, groups, machines, nics, tuple(sources))
+        except TopologyError as exc:  # name the file, not just the topology
+            detail = str(exc).removeprefix(f"topology {name!r}: ")
+            raise TopologyError(f"{where}: {detail}") from None
 
 
 # ---------------------------------------------------------------------- helpers

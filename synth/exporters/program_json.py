@@ -50,11 +50,14 @@ def _validator() -> jsonschema.protocols.Validator:
 
 def validate_program_doc(doc: Any, where: str = "program") -> None:
     """InputError (one line, with the JSON path) unless ``doc`` is a valid synth.program v1 document."""
-    if (isinstance(doc, dict) and doc.get("format") == PROGRAM_FORMAT
-            and doc.get("version") not in (None, PROGRAM_VERSION)):
+    if (isinstance(doc, dict) and doc.get("format") == PROGRAM_FORMAT and "version" in doc
+            and (type(doc["version"]) is not int or doc["version"] != PROGRAM_VERSION)):
         raise InputError(f"{where}: unsupported {PROGRAM_FORMAT} version {doc.get('version')!r} "
                          f"(this synth reads version {PROGRAM_VERSION})")
-    error = best_match(_validator().iter_errors(doc))
+    try:
+        error = best_match(_validator().iter_errors(doc))
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply") from None
     if error is not None:
         raise InputError(f"{where}: {_message(error)}")
 
@@ -146,11 +149,9 @@ def program_to_json(program: Program) -> str:
 
 def program_from_json(text: str, where: str = "program") -> Program:
     """Parse synth.program JSON text (InputError, one line, when it is not a valid document)."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    return program_from_dict(doc, where)
+    from synth.core.io import parse_json
+
+    return program_from_dict(parse_json(text, where), where)
 
 
 def load_program(path) -> Program:

@@ -32,6 +32,7 @@ from synth.core.topology import Topology
 SKETCH_FORMAT = "synth.sketch"
 SKETCH_VERSION = 1
 DEFAULT_SIZE = 1 << 30
+MAX_CHUNK_UP = 64  # pieces per rank a sketch may ask for; far beyond it the router runs out of memory
 _MIB = 1 << 20
 
 _INT0 = {"type": "integer", "minimum": 0, "description": "an integer >= 0"}
@@ -63,7 +64,8 @@ SKETCH_SCHEMA: dict[str, Any] = {
                                                   "description": "a local sender index such as \"3\""},
                                 "additionalProperties": {"type": "array", "uniqueItems": True, "items": _INT0,
                                                          "description": "a list of distinct local origin indices"}}]}),
-        chunk_up=_INT1,
+        chunk_up={"type": "integer", "minimum": 1, "maximum": MAX_CHUNK_UP,
+                  "description": f"an integer >= 1 and <= {MAX_CHUNK_UP}"},
         symmetry=_object([], machines=_INT0, gpus=_INT0),
         size={"type": ["integer", "string"], "minimum": 1,
               "description": "bytes (an integer >= 1) or a string such as \"256M\""},
@@ -209,10 +211,13 @@ def parse_sketch(doc: Any, topology: Topology, where: str = "sketch") -> Sketch:
         raise InputError(f"{where}: expected a JSON object")
     if doc.get("format") != SKETCH_FORMAT:
         raise InputError(f"{where}: 'format' must be {SKETCH_FORMAT!r}, got {doc.get('format')!r}")
-    if doc.get("version") != SKETCH_VERSION:
+    if type(doc.get("version")) is not int or doc.get("version") != SKETCH_VERSION:
         raise InputError(f"{where}: unsupported {SKETCH_FORMAT} version {doc.get('version')!r} "
                          f"(this synth reads version {SKETCH_VERSION})")
-    error = best_match(_VALIDATOR.iter_errors(doc))
+    try:
+        error = best_match(_VALIDATOR.iter_errors(doc))
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply") from None
     if error is not None:
         raise InputError(f"{where}: {_schema_message(error)}")
     intra, relay, sym = doc.get("intra", {"mode": "links"}), doc.get("relay"), doc.get("symmetry")

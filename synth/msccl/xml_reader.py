@@ -236,6 +236,10 @@ def read_xml_file(path: str | Path) -> ParsedXml:
     """Read an MSCCL XML file; InputError (exit 2) only when it cannot be read at all."""
     try:
         data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return read_xml(data.decode("latin-1"))

@@ -24,22 +24,29 @@ _ATTR = re.compile(r" (?:([^\s<>/=\"']+)=\"([^\"]*)\")?")
 _PAIR = re.compile(r"([^\s<>/=\"']+)=\"([^\"]*)\"")
 _CLOSE = re.compile(rf"</({_NAME})>")
 _SPACE = re.compile(r"[ \r\n]*")
+MAX_UNCLOSED = 16  # unclosed elements named one by one at the end of the text
 _LENIENT_ATTR = re.compile(r"([^\s=/>]+)\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|([^\s/>]*))")
 
 
 @dataclass(frozen=True)
 class Lexical:
     """A problem with the text itself. severity: "rejects" (the reader fails: no runtime loads
-    the file), "misbehaves" (silently misread) or "note"."""
+    the file), "misbehaves" (silently misread) or "note". ``truncated``: the text ends early (in a
+    tag or comment, or with elements still open)."""
 
     line: int
     code: str
     message: str
     severity: str
+    truncated: bool = False
 
 
 class _Fail(Exception):
-    """Where NCCL's reader would stop with an error."""
+    """Where NCCL's reader would stop with an error; ``at_end``: because the text ended."""
+
+    def __init__(self, message: str, at_end: bool = False):
+        super().__init__(message)
+        self.at_end = at_end
 
 
 @dataclass(slots=True)
@@ -56,19 +63,19 @@ def _nccl_token(text: str, i: int, with_value: bool):
     start, n = i, len(text)
     while True:
         if i >= n:
-            raise _Fail("unexpected end of file")
+            raise _Fail("unexpected end of file", at_end=True)
         c = text[i]
         i += 1
         if c == "=":
             if not with_value:
                 raise _Fail(f"unexpected value with name {text[start:i - 1]!r}")
             if i >= n:
-                raise _Fail("unexpected end of file")
+                raise _Fail("unexpected end of file", at_end=True)
             if text[i] not in "\"'":
                 raise _Fail("expected (double) quote")
             end = text.find('"', i + 1)
             if end < 0 or end + 1 >= n:
-                raise _Fail("unexpected end of file inside a value")
+                raise _Fail("unexpected end of file inside a value", at_end=True)
             return text[start:i - 1], text[i + 1:end], text[end + 1], end + 2
         if i - start >= 255:
             raise _Fail("name too long (max 255)")
@@ -171,7 +178,7 @@ def _tokens(text: str, lexical: list) -> tuple[list[_Node], int]:
                 lexical.append(Lexical(line, "syntax", "'=' right after '<!--': the reader fails on it", "rejects"))
             end = text.find("-->", pos + 4)
             if end < 0:
-                lexical.append(Lexical(line, "syntax", "unterminated comment", "rejects"))
+                lexical.append(Lexical(line, "syntax", "unterminated comment", "rejects", truncated=True))
                 return nodes, line + text.count("\n", pos)
             pos = end + 3
             continue
@@ -187,7 +194,8 @@ def _tokens(text: str, lexical: list) -> tuple[list[_Node], int]:
         except _Fail as exc:
             node, end = _lenient_node(text, pos)
             code, message = _diagnose(text, pos, end)
-            lexical.append(Lexical(line, code, f"{message} ({exc})", "rejects"))
+            cut = exc.at_end and text.find(">", pos) < 0  # the text ends inside this tag
+            lexical.append(Lexical(line, code, f"{message} ({exc})", "rejects", truncated=cut))
         else:
             if any("'" in v for _, v in node.attrs):
                 lexical.append(Lexical(line, "single-quote",
@@ -265,8 +273,11 @@ def _tree(nodes: list[_Node], lexical: list, end_line: int) -> tuple[list[Elemen
             lexical.append(Lexical(line, "ignored-element", f"element <{node.name}> is ignored{extra}", "note"))
         if node.kind == "open":
             stack.append((node.name, "skip", None))
-    for name, _, _ in reversed(stack):
-        lexical.append(Lexical(end_line, "syntax", f"<{name}> is never closed", "rejects"))
+    for name, _, _ in reversed(stack[-MAX_UNCLOSED:]):
+        lexical.append(Lexical(end_line, "syntax", f"<{name}> is never closed", "rejects", truncated=True))
+    if len(stack) > MAX_UNCLOSED:
+        lexical.append(Lexical(end_line, "syntax", f"{len(stack) - MAX_UNCLOSED} more elements are never closed",
+                               "rejects", truncated=True))
     return algos, first
 
 

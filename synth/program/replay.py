@@ -12,7 +12,8 @@ final buffers are compared with the collective's postcondition, with in-place bu
 MSCCL does (msccl-format.md section 3).
 
 ``correct`` is None when the collective has no checkable postcondition (``custom``, ``send``...)
-or the program is too big to replay (see ``MAX_OPS``); problems are still reported.
+or the program is too big to replay (see ``MAX_OPS``; beyond ``MAX_CELLS`` chunk-ops or buffer chunks it
+is not run at all, so absurd counts in a file cost nothing); problems are still reported.
 
 >>> from synth.program.ir import Op, Program, RankProgram, Threadblock
 >>> def rank(r):
@@ -34,6 +35,7 @@ from synth.program.deps import Problem, release, shared_fifos, transfers
 from synth.program.races import RaceDetector
 
 MAX_OPS = 400_000  # chunk-ops of one replay; bigger programs are run once, then not judged
+MAX_CELLS = 20_000_000  # chunk-ops or buffer chunks beyond which a program is not replayed at all
 MAX_PROBLEMS = 40
 ORDER_DEPENDENT = ("wrong-result", "deadlock", "unwritten", "double-count", "leftover", "count-mismatch")
 
@@ -282,6 +284,10 @@ def replay(program: Program, orders: int = 5, seed: int = 0) -> ReplayResult:
     modes = [m for m, on in ((True, program.inplace), (False, program.outofplace)) if on] or [False]
     kinds = ["fifo", "depth", "depth-reversed"] + ["random"] * max(0, orders - 3)
     kinds = kinds[:max(1, orders)]
+    cells = max(_buffer_chunks(program, inplace) for inplace in modes)
+    if max(size, cells) > MAX_CELLS:
+        return ReplayResult(None, tuple(problems[:MAX_PROBLEMS]), 0, f"too big to replay ({size} chunk-ops, "
+                            f"{cells} buffer chunks; at most {MAX_CELLS})")
     note = ""
     if size * len(kinds) * len(modes) > MAX_OPS:
         kinds, modes = kinds[:1], modes[:1]
@@ -329,3 +335,8 @@ def replay(program: Program, orders: int = 5, seed: int = 0) -> ReplayResult:
     if note and not bad:
         return ReplayResult(None, tuple(shown), runs, note)
     return ReplayResult(not bad, tuple(shown), runs, note)
+
+
+def _buffer_chunks(program: Program, inplace: bool) -> int:
+    """Chunks the replay's buffers would hold, over all ranks (computed before allocating any)."""
+    return sum(sum(Layout(program, r, inplace).sizes.values()) for r in range(program.ranks))

@@ -101,14 +101,20 @@ def baselines(topology: Topology, collective: str) -> list[Candidate]:
 
 def from_frontier_dir(folder: str | Path, topology: Topology, collective: str) -> list[Candidate]:
     """Candidates from a ``synth pareto -o DIR`` folder (its frontier.json and schedule files)."""
-    folder = Path(folder)
-    doc = read_json(folder / "frontier.json")
+    path = Path(folder) / "frontier.json"
+    doc = read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):
+        raise InputError(f"{path}: not a frontier file (an object with a 'points' list, as 'synth pareto' writes)")
     if doc.get("collective") != collective or doc.get("topology") != topology.name:
-        raise InputError(f"{folder}/frontier.json is for {doc.get('collective')} on {doc.get('topology')}, "
+        raise InputError(f"{path} is for {doc.get('collective')} on {doc.get('topology')}, "
                          f"not {collective} on {topology.name}")
     out = []
-    for point in doc.get("points", []):
-        schedule = load_schedule(folder / point["schedule"])
+    for index, point in enumerate(doc["points"]):
+        if not isinstance(point, dict) or not isinstance(point.get("schedule"), str) or not all(
+                type(point.get(key)) is int for key in ("steps", "rounds", "chunks")):
+            raise InputError(f"{path}: points[{index}] needs 'schedule' (a file name) and integer 'steps', "
+                             "'rounds' and 'chunks'")
+        schedule = load_schedule(path.parent / point["schedule"])
         out.append(Candidate(f"smt S={point['steps']} R={point['rounds']} C={point['chunks']}", "smt", schedule,
                              point["schedule"], point.get("solve_seconds"), point["steps"], point["rounds"],
                              point["chunks"]))

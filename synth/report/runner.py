@@ -14,7 +14,7 @@ from typing import Callable
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
-from synth.core.io import dumps, save_schedule, write_text_atomic
+from synth.core.io import dumps, read_json, save_schedule, write_text_atomic
 from synth.core.library import resolve_topology
 from synth.report import candidates as cand
 from synth.report.evaluate import bound_rows, evaluate, size_grid, winners
@@ -40,12 +40,12 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     make_collective(collective, topo.ranks).check_on(topo)
     grid = size_grid(sizes)
     folder = Path(out)
-    try:
+    found = (cand.from_frontier_dir(from_dir, topo, collective) if from_dir
+             else cand.synthesized(topo, collective, time_limit, say))
+    try:  # only now: bad input leaves no folder behind
         (folder / "schedules").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
-    found = (cand.from_frontier_dir(from_dir, topo, collective) if from_dir
-             else cand.synthesized(topo, collective, time_limit, say))
     candidates = found + cand.baselines(topo, collective)
     say(f"{topo.name} {collective}: {len(found)} synthesized, {len(candidates) - len(found)} baselines; "
         f"evaluating over {len(grid)} sizes")
@@ -87,8 +87,6 @@ def report_all(root: str | Path = "results", force: bool = False, time_limit: fl
 
 def index(root: Path) -> str:
     """results/README.md: one row per report, with the winner at 1 KB, 1 MB and 1 GB."""
-    import json
-
     lines = ["# Results", "",
              "Regenerate with `synth report --all` (resumes: finished reports are kept; `--force` redoes them).",
              "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, selection.json",
@@ -99,7 +97,7 @@ def index(root: Path) -> str:
         path = root / topology / collective / "report.json"
         if not path.exists():
             continue
-        doc = json.loads(path.read_text())
+        doc = read_json(path)
         cells = [_fastest_at(doc, size) for size in (1 << 10, 1 << 20, 1 << 30)]
         lines.append(f"| {topology} | [{collective}]({topology}/{collective}/report.md) | " + " | ".join(cells)
                      + f" | {_versus(doc, 1 << 30)} |")
