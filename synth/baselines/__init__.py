@@ -1,7 +1,9 @@
 """Classic collective algorithms as verified Schedules (what people use today).
 
 Every builder has the signature ``build(topology, collective_name, root, chunks) -> Schedule``
-and raises ``BaselineNotApplicable`` (with the reason) when it does not apply. Each builder
+(``sized`` builders also take ``size=`` bytes, to pick what is fastest at that size; None means
+their documented default) and raises ``BaselineNotApplicable`` (with the reason) when it does
+not apply. Each builder
 chooses the chunking its algorithm needs; the schedule's collective says what it is, and its
 ``buffer_chunks`` keeps the nccl-tests size S, so costs are comparable across algorithms.
 
@@ -28,8 +30,16 @@ class Baseline:
 
     name: str
     collectives: frozenset[str]
-    build: Callable[[Topology, str, int | None, int | None], Schedule]
+    build: Callable[..., Schedule]
     description: str
+    sized: bool = False  # build also takes size= (bytes): its choices depend on the message size
+
+    def make(self, topology: Topology, collective: str, root: int | None = None, chunks: int | None = None,
+             size: float | None = None) -> Schedule:
+        """Build for ``collective``; ``size`` reaches only sized builders (the others ignore it)."""
+        if self.sized:
+            return self.build(topology, collective, root, chunks, size=size)
+        return self.build(topology, collective, root, chunks)
 
 
 def registry() -> dict[str, Baseline]:
@@ -47,7 +57,8 @@ def registry() -> dict[str, Baseline]:
 
 
 def build_baseline(
-    topology: Topology, algorithm: str, collective: str, root: int | None = None, chunks: int | None = None
+    topology: Topology, algorithm: str, collective: str, root: int | None = None, chunks: int | None = None,
+    size: float | None = None,
 ) -> Schedule:
     """Build (and verify) one baseline; unknown names and non-applicable cases raise InputError."""
     table = registry()
@@ -58,17 +69,18 @@ def build_baseline(
         raise BaselineNotApplicable(
             f"{algorithm} does not build {collective}; it builds {', '.join(sorted(entry.collectives))}"
         )
-    return entry.build(topology, collective, root, chunks)
+    return entry.make(topology, collective, root, chunks, size)
 
 
-def applicable(topology: Topology, collective: str, root: int | None = None) -> dict[str, str | None]:
+def applicable(topology: Topology, collective: str, root: int | None = None,
+               size: float | None = None) -> dict[str, str | None]:
     """For every baseline that builds ``collective``: None if it applies, else the reason."""
     out: dict[str, str | None] = {}
     for name, entry in sorted(registry().items()):
         if collective.partition(":")[0] not in entry.collectives:
             continue
         try:
-            entry.build(topology, collective, root, None)
+            entry.make(topology, collective, root, None, size)
             out[name] = None
         except InputError as exc:
             out[name] = str(exc)
@@ -85,7 +97,7 @@ def fastest_baseline(topology: Topology, collective: str, size_bytes: float,
         if collective.partition(":")[0] not in entry.collectives:
             continue
         try:
-            took = step_time_us(entry.build(topology, collective, root, None), size_bytes)
+            took = step_time_us(entry.make(topology, collective, root, None, size_bytes), size_bytes)
         except BaselineNotApplicable:
             continue
         if best is None or took < best[1]:

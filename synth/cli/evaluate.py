@@ -31,6 +31,8 @@ def add_evaluate_parsers(sub) -> None:
     p.add_argument("--algo", required=True, help="algorithm name, or 'list' for those that apply")
     p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
     p.add_argument("--chunks", type=int, help="pieces per rank/buffer for pipelining (algorithm default)")
+    p.add_argument("--size", help="message size S (bytes, K/M/G = 1024^k) for algorithms whose choices depend "
+                                  "on it (nccl, nccl_tree: the fastest at S)")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_baseline)
 
@@ -90,18 +92,20 @@ def cmd_cost(args) -> int:
 
 def cmd_baseline(args) -> int:
     from synth.baselines import applicable, build_baseline
+    from synth.cost import parse_size
 
     topo = topology_of(args.topology)
+    size = parse_size(args.size) if args.size is not None else None
     name = args.collective
     coll = collective_of(name, topo.ranks, args.root, 1)
     coll.check_on(topo)
     if args.algo == "list":
-        table = applicable(topo, name, args.root)
+        table = applicable(topo, name, args.root, size)
         if not table:
             print(f"no baseline builds {name}")
         for algo, reason in table.items():
             print(f"{algo:<20} {'applies' if reason is None else 'n/a: ' + reason}")
         return 0
-    schedule = build_baseline(topo, args.algo, name, args.root, args.chunks)
+    schedule = build_baseline(topo, args.algo, name, args.root, args.chunks, size)
     write_or_print(schedule.to_dict(), args.output)
     return 0

@@ -91,7 +91,7 @@ def baselines(topology: Topology, collective: str) -> list[Candidate]:
         if collective.partition(":")[0] not in entry.collectives:
             continue
         try:
-            schedule = entry.build(topology, collective, None, None)
+            schedule = entry.make(topology, collective)
         except BaselineNotApplicable:
             continue
         out.append(Candidate(name, "baseline", schedule, _file(collective, topology, name), None,
