@@ -44,10 +44,11 @@ class Baseline:
 
 def registry() -> dict[str, Baseline]:
     """All baselines by name (imported lazily to keep ``import synth`` light)."""
-    from synth.baselines import alltoall, hierarchical, recursive, ring, trees
+    from synth.baselines import alltoall, hierarchical, nccl_ring, recursive, ring, trees
 
     entries = (
         ring.BASELINES
+        + nccl_ring.BASELINES
         + recursive.BASELINES
         + trees.BASELINES
         + alltoall.BASELINES
