@@ -18,6 +18,10 @@ b bytes spends b / (bw * 1e3) us on a link.
   end of the previous step, so each send of a step lands within that step's step-model
   duration: the simulator is never above ``step_time_us``, and equals it for a chain of
   dependent single-send steps.
+- Protocols (docs/cost-model.md): ``ideal`` is the contract above. ``simple``, ``ll128`` and
+  ``ll`` scale every link's alpha by NCCL's per-hop latency ratio for the link's kind and every
+  link's and group's bandwidth by the protocol's payload share (``effective_link``), in both
+  models, and add NCCL's base latency once per call. ``best`` takes the fastest per size.
 
 >>> from synth.core.collectives import allgather
 >>> from synth.core.schedule import Send, Step
@@ -26,6 +30,10 @@ b bytes spends b / (bw * 1e3) us on a link.
 >>> s = Schedule(pair, allgather(2), (Step((Send(0, 0, 1), Send(1, 1, 0))),))
 >>> round(step_time_us(s, parse_size("1M")), 4)  # 0.7 + 524288 B / 25 GB/s
 21.6715
+>>> round(step_time_us(s, parse_size("1M"), "ll"), 4)  # 6.6 + 0.7 + 524288 B / (25 GB/s * 0.5)
+49.243
+>>> best_protocol(s, 1024)  # 6.6 + 0.7 + 512 B / 12.5 GB/s beats 8.4 + 0.7 * 3.4 / 0.6 + ...
+('ll', 7.34096)
 """
 
 from __future__ import annotations
@@ -33,69 +41,211 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable
 
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule
+from synth.core.topology import Link, Topology
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
+# ---------------------------------------------------------------------------- protocols
+# NCCL's Ring per-hop latency hwLat in us, (LL, LL128, Simple), by link kind (src/graph/tuning.cc,
+# reference/nccl-model.md). xGMI takes the NVLink row (an assumption: RCCL tunes xGMI like NVLink).
+NCCL_RING_HOP_US = {
+    "nvlink": (0.6, 1.9, 3.4),
+    "pcie": (1.0, 2.5, 5.7),
+    "net": (2.7, 4.0, 14.0),
+}
+LATENCY_ROW = {"nvlink": "nvlink", "xgmi": "nvlink", "pcie": "pcie", "net": "net"}
+UNKNOWN_KIND_ROW = "nvlink"  # the row for a link without ``kind`` (``synth cost`` says so)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a runtime moves data: scales every bandwidth and alpha, adds a base latency per call.
+
+    ``hop_column`` is the column of ``NCCL_RING_HOP_US`` (0 LL, 1 LL128, 2 Simple); a link's
+    alpha is multiplied by hwLat(protocol, kind) / hwLat(LL, kind). None (``ideal``) keeps alpha.
+
+    >>> PROTOCOLS["simple"].alpha_factor("net") == 14.0 / 2.7, PROTOCOLS["ideal"].alpha_factor(None)
+    (True, 1.0)
+    """
+
+    name: str
+    bandwidth_factor: float
+    base_us: float
+    hop_column: int | None = None
+
+    def alpha_factor(self, kind: str | None) -> float:
+        """The factor on the alpha of a link of this kind (None: ``UNKNOWN_KIND_ROW``)."""
+        if self.hop_column is None:
+            return 1.0
+        row = NCCL_RING_HOP_US[LATENCY_ROW.get(kind, UNKNOWN_KIND_ROW)]
+        return row[self.hop_column] / row[0]
+
+
+PROTOCOLS = {
+    "ideal": Protocol("ideal", 1.0, 0.0),  # the contract model: no factor, no base latency
+    "simple": Protocol("simple", 1.0, 8.4, 2),
+    "ll128": Protocol("ll128", 120 / 128, 14.0, 1),  # 120 data bytes per 128-byte line
+    "ll": Protocol("ll", 0.5, 6.6, 0),  # 4 data bytes per 8-byte line
+}
+RUNTIME_PROTOCOLS = ("simple", "ll128", "ll")  # what ``best`` chooses from, ties to the first
+PROTOCOL_CHOICES = (*PROTOCOLS, "best")
+
+
+def protocol_of(protocol: str | Protocol) -> Protocol:
+    """The Protocol named ``protocol`` (a Protocol passes through); InputError otherwise.
+
+    >>> protocol_of("ll128").bandwidth_factor
+    0.9375
+    """
+    if isinstance(protocol, Protocol):
+        return protocol
+    found = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    if found is None:
+        if protocol == "best":
+            raise InputError("protocol 'best' is chosen per size: use best_protocol() or cost_rows()")
+        raise InputError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOL_CHOICES)}")
+    return found
+
+
+def effective_link(link: Link, protocol: str | Protocol = "ideal") -> tuple[float, float]:
+    """(alpha us, bandwidth GB/s) of ``link`` under ``protocol``.
+
+    >>> effective_link(Link(0, 1, 25.0, 0.6, kind="nvlink"), "ll")
+    (0.6, 12.5)
+    """
+    proto = protocol_of(protocol)
+    return link.alpha * proto.alpha_factor(link.kind), link.bandwidth * proto.bandwidth_factor
+
+
+def untyped_links(topology: Topology) -> int:
+    """How many links have no ``kind`` (protocols cost them with ``UNKNOWN_KIND_ROW``)."""
+    return sum(1 for link in topology.links if link.kind is None)
+
+
 # ---------------------------------------------------------------------------- step model
-def step_times_us(schedule: Schedule, size_bytes: float) -> list[float]:
-    """The duration of every step under the contract cost model."""
+@dataclass(frozen=True)
+class StepLoads:
+    """What the step model needs of a schedule, counted once and reused for every size and
+    protocol: per step, the distinct (alpha, kind, chunks, bandwidth) of its links and the
+    distinct (chunks, bandwidth) of its groups."""
+
+    buffer_chunks: int
+    links: tuple[tuple[tuple[float, str | None, int, float], ...], ...]
+    groups: tuple[tuple[tuple[int, float], ...], ...]
+
+    def step_times_us(self, size_bytes: float, protocol: str | Protocol = "ideal") -> list[float]:
+        """Every step's duration (no base latency)."""
+        proto = protocol_of(protocol)
+        b = size_bytes / self.buffer_chunks
+        bwf = proto.bandwidth_factor
+        factor = {kind: proto.alpha_factor(kind) for kind in (None, *LATENCY_ROW)}
+        times = []
+        for link_terms, group_terms in zip(self.links, self.groups):
+            longest = 0.0
+            for alpha, kind, count, bandwidth in link_terms:
+                longest = max(longest, alpha * factor[kind] + count * b / (bandwidth * bwf * 1e3))
+            for count, bandwidth in group_terms:
+                longest = max(longest, count * b / (bandwidth * bwf * 1e3))
+            times.append(longest)
+        return times
+
+    def time_us(self, size_bytes: float, protocol: str | Protocol = "ideal") -> float:
+        """The schedule's time: the sum of its steps plus the protocol's base latency."""
+        return sum(self.step_times_us(size_bytes, protocol)) + protocol_of(protocol).base_us
+
+    def best(self, size_bytes: float) -> tuple[str, float]:
+        """(name, time) of the fastest of ``RUNTIME_PROTOCOLS`` at this size."""
+        found = None
+        for name in RUNTIME_PROTOCOLS:
+            took = self.time_us(size_bytes, name)
+            if found is None or took < found[1]:
+                found = (name, took)
+        return found
+
+
+def step_loads(schedule: Schedule) -> StepLoads:
+    """Count every step's chunks per link and per group once (InputError for a send on no link)."""
     topo = schedule.topology
-    b = size_bytes / schedule.collective.buffer_chunks
-    times = []
+    group_bandwidth = {group.name: group.bandwidth for group in topo.groups}
+    links, groups = [], []
     for index, step in enumerate(schedule.steps):
         per_link = Counter((s.src, s.dst) for s in step.sends)
         per_group: Counter = Counter()
-        longest = 0.0
+        terms: dict[tuple[float, str | None, int, float], None] = {}
         for key, count in per_link.items():
             link = _link(schedule, index, key)
-            longest = max(longest, link.alpha + count * b / (link.bandwidth * 1e3))
+            terms[(link.alpha, link.kind, count, link.bandwidth)] = None
             for group in topo.groups_of_link.get(key, ()):
                 per_group[group.name] += count
-        for group in topo.groups:
-            if per_group[group.name]:
-                longest = max(longest, per_group[group.name] * b / (group.bandwidth * 1e3))
-        times.append(longest)
-    return times
+        links.append(tuple(terms))
+        groups.append(tuple({(count, group_bandwidth[name]): None for name, count in per_group.items()}))
+    return StepLoads(schedule.collective.buffer_chunks, tuple(links), tuple(groups))
 
 
-def step_time_us(schedule: Schedule, size_bytes: float) -> float:
-    """The schedule's time in the contract cost model (sum of step durations)."""
-    return sum(step_times_us(schedule, size_bytes))
+def step_times_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal") -> list[float]:
+    """The duration of every step under the contract cost model (under ``protocol``: scaled
+    alphas and bandwidths; its base latency is not a step's, see ``step_time_us``)."""
+    return step_loads(schedule).step_times_us(size_bytes, protocol)
+
+
+def step_time_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal") -> float:
+    """The schedule's time in the contract cost model (sum of step durations), plus the
+    protocol's base latency once (0 for ``ideal``)."""
+    return step_loads(schedule).time_us(size_bytes, protocol)
+
+
+def best_protocol(schedule: Schedule, size_bytes: float) -> tuple[str, float]:
+    """(name, step_time_us) of the fastest of simple, ll128 and ll at ``size_bytes``."""
+    return step_loads(schedule).best(size_bytes)
 
 
 # ---------------------------------------------------------------------------- simulator
-def simulate_us(schedule: Schedule, size_bytes: float) -> float:
-    """Makespan of the event-driven simulation (see the module docstring); <= step_time_us."""
+def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal") -> float:
+    """Makespan of the event-driven simulation (see the module docstring); <= step_time_us.
+
+    Under ``protocol`` every link and group uses ``effective_link``'s alpha and bandwidth (the
+    same as the step model) and the protocol's base latency is added once.
+    """
+    proto = protocol_of(protocol)
     topo, coll = schedule.topology, schedule.collective
     b = size_bytes / coll.buffer_chunks
+    bwf = proto.bandwidth_factor
     ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(coll.pre) for r in pre}
     link_free: dict[tuple[int, int], float] = {}
     group_free: dict[str, float] = {}
+    group_time = {g.name: b / (g.bandwidth * bwf * 1e3) for g in topo.groups}
+    # key -> (alpha, time on the link, names of its groups), filled as links are first used
+    link_cost: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
     makespan = 0.0
     for index, step in enumerate(schedule.steps):
         landed: dict[tuple[int, int], list[tuple[float, str]]] = {}
         for send in step.sends:
             key = (send.src, send.dst)
-            link = _link(schedule, index, key)
+            cost = link_cost.get(key)
+            if cost is None:
+                alpha, bandwidth = effective_link(_link(schedule, index, key), proto)
+                cost = link_cost[key] = (alpha, b / (bandwidth * 1e3),
+                                         tuple(g.name for g in topo.groups_of_link.get(key, ())))
             start = ready.get((send.src, send.chunk))
             if start is None:
                 raise InputError(
                     f"simulate: step {index}: rank {send.src} sends chunk {send.chunk}, which it "
                     "does not hold (verify the schedule first)"
                 )
-            served = max(start, link_free.get(key, 0.0)) + b / (link.bandwidth * 1e3)
+            served = max(start, link_free.get(key, 0.0)) + cost[1]
             link_free[key] = served
-            arrival = served + link.alpha
-            for group in topo.groups_of_link.get(key, ()):
-                done = max(start, group_free.get(group.name, 0.0)) + b / (group.bandwidth * 1e3)
-                group_free[group.name] = done
+            arrival = served + cost[0]
+            for name in cost[2]:
+                done = max(start, group_free.get(name, 0.0)) + group_time[name]
+                group_free[name] = done
                 arrival = max(arrival, done)
             landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
             makespan = max(makespan, arrival)
@@ -110,10 +260,10 @@ def simulate_us(schedule: Schedule, size_bytes: float) -> float:
                 ready[place] = min(before, last)  # the same data was already there
             else:
                 ready[place] = last
-    return makespan
+    return makespan + proto.base_us
 
 
-def _link(schedule: Schedule, index: int, key: tuple[int, int]):
+def _link(schedule: Schedule, index: int, key: tuple[int, int]) -> Link:
     link = schedule.topology.link(*key)
     if link is None:
         raise InputError(f"cost: step {index}: {key[0]}->{key[1]} is not a link of {schedule.topology.name}")
@@ -132,18 +282,25 @@ def busbw_gbps(size_bytes: float, time_us: float, factor: Any) -> float:
     return algbw_gbps(size_bytes, time_us) * float(scale)
 
 
-def cost_rows(schedule: Schedule, sizes: Iterable[int], bounds: Any = None) -> list[dict[str, Any]]:
-    """One row per size: step-model and simulated times, algbw/busbw, fraction of the bound.
+def cost_rows(
+    schedule: Schedule, sizes: Iterable[int], bounds: Any = None, protocol: str | Protocol = "ideal"
+) -> list[dict[str, Any]]:
+    """One row per size: step-model and simulated times, algbw/busbw, fraction of the bound,
+    and the protocol (for ``best``: the one picked at that size). Times are under the protocol.
 
     ``bounds`` is a ``synth.bounds.lower_bounds.Bounds`` (anything with ``time_us(size)``) or None.
     """
+    loads = step_loads(schedule)
+    best = isinstance(protocol, str) and protocol == "best"
+    fixed = None if best else protocol_of(protocol)
     rows = []
     for size in sizes:
-        step = step_time_us(schedule, size)
+        name, step = loads.best(size) if best else (fixed.name, loads.time_us(size, fixed))
         row: dict[str, Any] = {
             "size": size,
+            "protocol": name,
             "step_time_us": step,
-            "sim_time_us": simulate_us(schedule, size),
+            "sim_time_us": simulate_us(schedule, size, fixed or name),
             "algbw_gbps": algbw_gbps(size, step),
             "busbw_gbps": busbw_gbps(size, step, schedule.collective),
             "bound_time_us": None,

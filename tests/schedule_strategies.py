@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from dataclasses import replace
 
 from hypothesis import strategies as st
 
 from synth.core import collectives as colls
 from synth.baselines.common import rounds_needed
 from synth.core.schedule import Schedule, Send, Step
-from synth.core.topology import Group, Link, Topology
+from synth.core.topology import LINK_KINDS, Group, Link, Topology
 
 
 @st.composite
 def topologies(draw, min_ranks: int = 2, max_ranks: int = 6) -> Topology:
-    """A strongly connected random digraph (a Hamiltonian cycle plus extra links), maybe groups."""
+    """A strongly connected random digraph (a Hamiltonian cycle plus extra links), maybe groups,
+    each link of a random kind or none."""
     n = draw(st.integers(min_ranks, max_ranks))
     order = draw(st.permutations(list(range(n))))
     edges = {(order[i], order[(i + 1) % n]) for i in range(n)}
@@ -34,6 +36,8 @@ def topologies(draw, min_ranks: int = 2, max_ranks: int = 6) -> Topology:
         outs = tuple((a, b) for a, b in edges if a == hub)
         if len(outs) >= 2:
             groups = (Group(f"rank{hub}-out", outs, 25.0 * draw(st.integers(1, 2))),)
+    kinds = draw(st.lists(st.sampled_from([None, *LINK_KINDS]), min_size=len(links), max_size=len(links)))
+    links = tuple(replace(link, kind=kind) for link, kind in zip(links, kinds))
     return Topology(f"random{n}", n, links, groups)
 
 

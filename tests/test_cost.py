@@ -11,15 +11,22 @@ from hypothesis import strategies as st
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import allgather, alltoall, broadcast
 from synth.cost import (
+    PROTOCOLS,
+    RUNTIME_PROTOCOLS,
     algbw_gbps,
+    best_protocol,
     busbw_gbps,
     cost_rows,
+    effective_link,
     format_size,
     parse_size,
     parse_sizes,
+    protocol_of,
     simulate_us,
+    step_loads,
     step_time_us,
     step_times_us,
+    untyped_links,
 )
 from synth.core.errors import InputError
 from synth.core.io import read_json
@@ -29,6 +36,11 @@ from synth.core.topology import Group, Link, Topology
 from tests.schedule_strategies import valid_schedules
 
 DATA = Path(__file__).parent / "data"
+# the contract examples: ../shared/examples beside the repository when it is there, else the
+# byte-identical copies in tests/data (so these checks run on a bare checkout too)
+SHARED_EXAMPLES = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "examples",
+                                    Path.cwd().resolve().parent / "shared" / "examples")
+                        if (p / "schedule-uring4-allgather-ring.json").is_file()), DATA)
 MIB = 1 << 20
 SIZES = (1, 1000, 4096, MIB, 1 << 30)
 
@@ -110,9 +122,10 @@ def test_a_send_on_no_link_is_an_input_error():
 
 
 # ------------------------------------------------------------------ simulator
-def _sim_not_above_step(schedule: Schedule) -> None:
+def _sim_not_above_step(schedule: Schedule, protocol: str = "ideal") -> None:
     for size in SIZES:
-        assert simulate_us(schedule, size) <= step_time_us(schedule, size) * (1 + 1e-12) + 1e-9
+        sim, step = simulate_us(schedule, size, protocol), step_time_us(schedule, size, protocol)
+        assert sim <= step * (1 + 1e-12) + 1e-9
 
 
 @pytest.mark.parametrize("name", ["schedule-uring4-allgather-ring.json", "schedule-uring4-allreduce-ring.json"])
@@ -163,6 +176,19 @@ def test_random_valid_schedules_simulate_within_the_step_model(schedule):
     _sim_not_above_step(schedule)
 
 
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=valid_schedules())
+def test_random_valid_schedules_simulate_within_the_step_model_under_every_protocol(protocol, schedule):
+    _sim_not_above_step(schedule, protocol)  # random topologies carry every kind, and none
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+@pytest.mark.parametrize("index", range(len(hand_made())))
+def test_simulator_never_above_the_step_model_under_a_protocol(index, protocol):
+    _sim_not_above_step(hand_made()[index], protocol)
+
+
 # ------------------------------------------------------------------ bandwidth figures
 def test_algbw_and_busbw():
     assert algbw_gbps(10**9, 10**6) == pytest.approx(1.0)  # 1 GB in 1 s
@@ -183,6 +209,90 @@ def test_cost_rows():
     assert first["bound_fraction"] == pytest.approx(bounds.time_us(MIB) / first["step_time_us"])
     assert rows[1]["bound_fraction"] == pytest.approx(1.0, rel=1e-3)  # the ring meets the bound
     assert cost_rows(ring, [MIB])[0]["bound_fraction"] is None
+
+
+# ------------------------------------------------------------------ protocols
+def shared_example(name: str) -> Schedule:
+    return Schedule.from_dict(read_json(SHARED_EXAMPLES / name))
+
+
+# uring4 ring allgather at 1 MiB: 3 steps of one 262144-byte chunk per 25 GB/s, 0.7 us link; the
+# links have no kind, so the NVLink row of NCCL's Ring hwLat (LL 0.6, LL128 1.9, Simple 3.4)
+HAND_COMPUTED_1M = {
+    "ideal": 3 * (0.7 + 262144 / 25e3),
+    "simple": 8.4 + 3 * (0.7 * 3.4 / 0.6 + 262144 / (25e3 * 1.0)),
+    "ll128": 14.0 + 3 * (0.7 * 1.9 / 0.6 + 262144 / (25e3 * 120 / 128)),
+    "ll": 6.6 + 3 * (0.7 * 0.6 / 0.6 + 262144 / (25e3 * 0.5)),
+}
+
+
+@pytest.mark.parametrize("protocol", list(HAND_COMPUTED_1M))
+def test_hand_computed_figure_per_protocol_on_the_uring4_example(protocol):
+    ring = shared_example("schedule-uring4-allgather-ring.json")
+    assert step_time_us(ring, MIB, protocol) == pytest.approx(HAND_COMPUTED_1M[protocol], rel=1e-12)
+    assert simulate_us(ring, MIB, protocol) == pytest.approx(HAND_COMPUTED_1M[protocol], rel=1e-12)  # a chain
+    assert HAND_COMPUTED_1M["ideal"] == pytest.approx(33.5573, abs=1e-4)
+
+
+def test_best_picks_ll_when_small_and_simple_when_large_and_names_it():
+    ring = shared_example("schedule-uring4-allgather-ring.json")
+    assert best_protocol(ring, 1024) == ("ll", pytest.approx(6.6 + 3 * (0.7 + 256 / (25e3 * 0.5))))
+    assert best_protocol(ring, 1 << 30) == ("simple", pytest.approx(8.4 + 3 * (0.7 * 3.4 / 0.6 + (1 << 28) / 25e3)))
+    rows = cost_rows(ring, [1024, MIB, 1 << 30], protocol="best")
+    assert [r["protocol"] for r in rows] == ["ll", "simple", "simple"]
+    for row in rows:
+        assert row["step_time_us"] == min(step_time_us(ring, row["size"], p) for p in RUNTIME_PROTOCOLS)
+        assert row["sim_time_us"] == simulate_us(ring, row["size"], row["protocol"])
+
+
+def test_ideal_is_the_default_and_unchanged():
+    ring = example("schedule-uring4-allgather-ring.json")
+    for size in SIZES:
+        assert step_time_us(ring, size, "ideal") == step_time_us(ring, size) == sum(step_times_us(ring, size))
+        assert simulate_us(ring, size, "ideal") == simulate_us(ring, size)
+    assert [r["protocol"] for r in cost_rows(ring, [MIB])] == ["ideal"]
+
+
+def test_kinds_pick_the_latency_row():
+    ratios = {"nvlink": (1.9 / 0.6, 3.4 / 0.6), "xgmi": (1.9 / 0.6, 3.4 / 0.6),  # xGMI: NVLink row
+              "pcie": (2.5 / 1.0, 5.7 / 1.0), "net": (4.0 / 2.7, 14.0 / 2.7), None: (1.9 / 0.6, 3.4 / 0.6)}
+    for kind, (ll128, simple) in ratios.items():
+        link = Link(0, 1, 40.0, 2.0, kind=kind)
+        assert effective_link(link, "ll") == (2.0, 20.0)
+        assert effective_link(link, "ll128") == (pytest.approx(2.0 * ll128), 40.0 * 120 / 128)
+        assert effective_link(link, "simple") == (pytest.approx(2.0 * simple), 40.0)
+        assert effective_link(link) == (2.0, 40.0)
+
+
+def test_a_step_pays_the_slowest_link_of_its_kind_and_groups_scale_too():
+    # 0 -nvlink-> 1 -net-> 2 and 2 -> 0 in one step; a NIC group of 10 GB/s over the net link
+    topo = Topology("mixed", 3, (Link(0, 1, 50.0, 0.7, kind="nvlink"), Link(1, 2, 50.0, 2.6, kind="net"),
+                                 Link(2, 0, 50.0, 0.7, kind="nvlink")), (Group("nic", ((1, 2),), 10.0),))
+    s = Schedule(topo, allgather(3), (Step((Send(0, 0, 1), Send(1, 1, 2), Send(2, 2, 0)), 1),))
+    b = 3000 / 3  # bytes per chunk
+    assert step_time_us(s, 3000, "simple") == pytest.approx(
+        8.4 + max(0.7 * 3.4 / 0.6 + b / 50e3, 2.6 * 14 / 2.7 + b / 50e3, b / 10e3))
+    assert step_time_us(s, 3 * MIB, "ll") == pytest.approx(6.6 + MIB / (10e3 * 0.5))  # the NIC binds
+    assert untyped_links(topo) == 0 and untyped_links(example("schedule-uring4-allgather-ring.json").topology) == 4
+
+
+def test_step_loads_are_counted_once_for_every_size_and_protocol():
+    for schedule in hand_made():
+        loads = step_loads(schedule)
+        for size in SIZES:
+            for name in PROTOCOLS:
+                assert loads.time_us(size, name) == step_time_us(schedule, size, name)
+                assert loads.step_times_us(size, name) == step_times_us(schedule, size, name)
+            assert loads.best(size) == best_protocol(schedule, size)
+
+
+def test_unknown_protocols_are_input_errors():
+    with pytest.raises(InputError, match="unknown protocol 'fast'; known: ideal, simple, ll128, ll, best"):
+        protocol_of("fast")
+    with pytest.raises(InputError, match="per size"):
+        step_time_us(example("schedule-uring4-allgather-ring.json"), MIB, "best")
+    with pytest.raises(InputError, match="unknown protocol"):
+        cost_rows(example("schedule-uring4-allgather-ring.json"), [MIB], protocol="LL")
 
 
 # ------------------------------------------------------------------ sizes

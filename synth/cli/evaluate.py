@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from synth.cli.common import add_coll_options, collective_of, topology_of, write_or_print
+from synth.cost import PROTOCOL_CHOICES
 
 DEFAULT_COST_SIZES = "1K,64K,1M,16M,256M,1G"
 
@@ -22,6 +24,9 @@ def add_evaluate_parsers(sub) -> None:
     p = sub.add_parser("cost", help="cost of a schedule file over sizes, both models, %% of the bound")
     p.add_argument("file")
     p.add_argument("--sizes", default=DEFAULT_COST_SIZES, help=f"comma-separated sizes (default {DEFAULT_COST_SIZES})")
+    p.add_argument("--protocol", default="ideal", choices=PROTOCOL_CHOICES,
+                   help="ideal: the contract model (default); simple, ll128, ll: NCCL's protocol factors "
+                        "and base latency (docs/cost-model.md); best: the fastest of those per size")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
 
@@ -68,24 +73,29 @@ def cmd_bounds(args) -> int:
 
 def cmd_cost(args) -> int:
     from synth.bounds.lower_bounds import lower_bounds
-    from synth.cost import cost_rows, format_size, parse_sizes
+    from synth.cost import UNKNOWN_KIND_ROW, cost_rows, format_size, parse_sizes, untyped_links
     from synth.core.io import load_schedule
 
     schedule = load_schedule(args.file)
     sizes = parse_sizes(args.sizes)
     bounds = lower_bounds(schedule.topology, schedule.collective)
-    rows = cost_rows(schedule, sizes, bounds)
+    rows = cost_rows(schedule, sizes, bounds, args.protocol)
+    coll, topo = schedule.collective, schedule.topology
+    untyped = untyped_links(topo)
+    if untyped and args.protocol != "ideal":
+        print(f"note: {untyped} of {len(topo.links)} links of {topo.name} have no kind; "
+              f"costed with NCCL's {UNKNOWN_KIND_ROW} latency row", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    coll, topo = schedule.collective, schedule.topology
     print(f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, {schedule.send_count} sends "
           f"({schedule.meta.get('algorithm') or schedule.meta.get('synthesizer') or 'unnamed'})")
-    print(f"{'size':>8} {'step time us':>13} {'sim time us':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'% of bound':>11}")
+    print(f"{'size':>8} {'protocol':>8} {'step time us':>13} {'sim time us':>12} {'algbw GB/s':>11} "
+          f"{'busbw GB/s':>11} {'% of bound':>11}")
     for row in rows:
         frac = row["bound_fraction"]
-        print(f"{format_size(row['size']):>8} {row['step_time_us']:>13.4f} {row['sim_time_us']:>12.4f} "
-              f"{row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f} "
+        print(f"{format_size(row['size']):>8} {row['protocol']:>8} {row['step_time_us']:>13.4f} "
+              f"{row['sim_time_us']:>12.4f} {row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f} "
               f"{(f'{100 * frac:.1f}%' if frac is not None else '-'):>11}")
     return 0
 

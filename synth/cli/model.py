@@ -36,12 +36,13 @@ def add_model_parsers(sub) -> None:
 
 
 def cmd_topo_list(args) -> int:
-    from synth.core.library import list_topologies
+    from synth.core.library import LINK_NOTE, list_topologies
 
     rows = list_topologies()
     width = max(len(name) for name, _ in rows)
     for name, description in rows:
         print(f"{name:<{width}}  {description}")
+    print(LINK_NOTE)
     return 0
 
 

@@ -3,16 +3,16 @@
 Copy m holds ranks m*G .. m*G+G-1 (G = ranks of the base). Its links, groups (renamed ``mM-...``)
 and NICs (``mM-nicI``) are copied. The copies are then joined by a non-blocking fabric: for every
 ordered pair of NICs a, b on different copies there is a link from every rank a serves to every
-rank b serves, with bandwidth min(a, b) and alpha max(a, b). The NICs are the bottleneck: group
-``mM-nicI-out`` holds every fabric link leaving through a NIC, ``mM-nicI-in`` every one arriving
-through it, each with the NIC's bandwidth.
+rank b serves, with bandwidth min(a, b), alpha max(a, b) and kind ``net``. The NICs are the
+bottleneck: group ``mM-nicI-out`` holds every fabric link leaving through a NIC, ``mM-nicI-in``
+every one arriving through it, each with the NIC's bandwidth.
 
 >>> from synth.core.topology import Link, Nic, Topology
 >>> pair = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)), machines=((0, 1),),
 ...                 nics=(Nic("nic0", (0, 1), 12.5, 2.6),))
 >>> t = compose(pair, 2)
->>> t.name, t.ranks, t.machines, t.link(0, 3).bandwidth
-('pairx2', 4, ((0, 1), (2, 3)), 12.5)
+>>> t.name, t.ranks, t.machines, t.link(0, 3).bandwidth, t.link(0, 3).kind
+('pairx2', 4, ((0, 1), (2, 3)), 12.5, 'net')
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def compose(base: Topology, k: int) -> Topology:
     nics: list[Nic] = []
     for m in range(k):
         off = m * size
-        links += [Link(l.src + off, l.dst + off, l.bandwidth, l.alpha, l.capacity) for l in base.links]
+        links += [Link(l.src + off, l.dst + off, l.bandwidth, l.alpha, l.capacity, l.kind) for l in base.links]
         groups += [
             Group(f"m{m}-{g.name}", tuple((s + off, d + off) for s, d in g.links), g.bandwidth, g.capacity)
             for g in base.groups
@@ -86,7 +86,7 @@ def compose(base: Topology, k: int) -> Topology:
                         f"{b.name}) duplicates another link; does a rank sit behind two NICs?"
                     )
                 seen.add(key)
-            fabric += [Link(r, s, bandwidth, alpha) for r, s in keys]
+            fabric += [Link(r, s, bandwidth, alpha, kind="net") for r, s in keys]
             out_keys[ia] += keys
             in_keys[ib] += keys
     for i, nic in enumerate(nics):

@@ -1,11 +1,11 @@
 """Regular topologies built from a few parameters (ring, line, full mesh, star, hypercube, torus).
 
-Every link is 25 GB/s with alpha 0.7 us (one NVLink2 per direction; see ``SOURCES``), so every
-link has capacity 1 chunk per round. All ranks form one machine.
+Every link is 25 GB/s with alpha 0.7 us and kind ``nvlink`` (one NVLink2 per direction; see
+``SOURCES``), so every link has capacity 1 chunk per round. All ranks form one machine.
 
 >>> t = ring(4)
->>> t.ranks, len(t.links), t.link(3, 0).bandwidth
-(4, 8, 25.0)
+>>> t.ranks, len(t.links), t.link(3, 0).bandwidth, t.link(3, 0).kind
+(4, 8, 25.0, 'nvlink')
 """
 
 from __future__ import annotations
@@ -18,18 +18,19 @@ from synth.core.topology import Link, Topology
 
 BANDWIDTH = 25.0  # GB/s per direction: one NVLink2 (hardware.md, msccl-tools dgx1)
 ALPHA = 0.7  # us per message: TE-CCL's NVLink alpha (hardware.md)
+KIND = "nvlink"  # what protocol-aware costs take these links to be (synth.cost)
 MAX_RANKS = 1024  # generators refuse bigger machines: link lists grow too large to be useful
 
 SOURCES = (
     "generated: every link 25.0 GB/s per direction (one NVLink2 link, msccl-tools dgx1 / "
-    "hardware.md) and alpha 0.7 us (TE-CCL NVLink alpha, hardware.md)",
+    "hardware.md), alpha 0.7 us (TE-CCL NVLink alpha, hardware.md), kind nvlink",
 )
 
 
 def _build(name: str, ranks: int, pairs: Iterable[tuple[int, int]]) -> Topology:
     """A Topology from directed (src, dst) pairs, dropping repeats, links sorted."""
     unique = sorted(set(pairs))
-    links = tuple(Link(s, d, BANDWIDTH, ALPHA) for s, d in unique)
+    links = tuple(Link(s, d, BANDWIDTH, ALPHA, kind=KIND) for s, d in unique)
     return Topology(name, ranks, links, machines=(tuple(range(ranks)),), sources=SOURCES)
 
 

@@ -49,6 +49,10 @@ _GENERATORS = {
 
 _COMPOSE_SYNTAX = "NAMExK"
 
+# what ``synth topo list`` says about links it did not read from a file
+LINK_NOTE = (f"links of generated topologies: {generators.BANDWIDTH:g} GB/s, alpha {generators.ALPHA:g} us, "
+             f"kind {generators.KIND} (one NVLink2 each); NAMExK fabric links: kind net")
+
 
 def library_names() -> list[str]:
     """Names of the topology files shipped with synth, sorted."""

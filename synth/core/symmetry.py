@@ -58,21 +58,27 @@ def rotation_group(topology: Topology) -> list[tuple[int, ...]]:
     return best
 
 
+def _link_label(link) -> tuple:
+    """What a rank permutation must preserve on a link."""
+    return (link.bandwidth, link.alpha, link.capacity, link.kind)
+
+
 def _is_automorphism(topology: Topology, perm: tuple[int, ...]) -> bool:
     for link in topology.links:
         image = topology.link(perm[link.src], perm[link.dst])
-        if image is None or (image.bandwidth, image.alpha, image.capacity) != (link.bandwidth, link.alpha, link.capacity):
+        if image is None or _link_label(image) != _link_label(link):
             return False
     groups = {frozenset(g.links): (g.bandwidth, g.capacity) for g in topology.groups}
     return not groups or _preserves_groups(perm, groups)
 
 
 def automorphisms(topology: Topology, limit: int = 64) -> list[tuple[int, ...]]:
-    """Up to ``limit`` rank permutations that preserve links (capacity, alpha) and groups."""
+    """Up to ``limit`` rank permutations that preserve links (bandwidth, alpha, capacity, kind)
+    and groups."""
     graph = nx.DiGraph()
     graph.add_nodes_from(range(topology.ranks))
     for link in topology.links:
-        graph.add_edge(link.src, link.dst, kind=(link.bandwidth, link.alpha, link.capacity))
+        graph.add_edge(link.src, link.dst, kind=_link_label(link))
     groups = {frozenset(g.links): (g.bandwidth, g.capacity) for g in topology.groups}
     matcher = DiGraphMatcher(graph, graph, edge_match=lambda a, b: a["kind"] == b["kind"])
     found: list[tuple[int, ...]] = []

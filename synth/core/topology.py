@@ -23,18 +23,24 @@ TOPOLOGY_FORMAT = "synth.topology"
 TOPOLOGY_VERSION = 1
 
 MAX_RANKS = 65536  # bigger machines are refused before anything per rank is built
+LINK_KINDS = ("nvlink", "xgmi", "pcie", "net")  # what a link is made of (optional ``kind``)
 _WHOLE_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class Link:
-    """One direction of a physical connection."""
+    """One direction of a physical connection.
+
+    ``kind`` says what it is made of (one of ``LINK_KINDS``; None when unknown): protocol-aware
+    costs (``synth.cost``) scale its alpha by NCCL's per-hop latency for that kind.
+    """
 
     src: int
     dst: int
     bandwidth: float
     alpha: float = 0.0
     capacity: int | None = None
+    kind: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -116,6 +122,7 @@ class Topology:
                     f"{where}: link {link.src}->{link.dst} alpha must be a number >= 0, got {link.alpha!r}"
                 )
             _check_capacity(link.capacity, f"{where}: link {link.src}->{link.dst}")
+            _check_kind(link.kind, f"{where}: link {link.src}->{link.dst}")
         names: set[str] = set()
         for group in self.groups:
             if group.name in names:
@@ -252,7 +259,7 @@ class Topology:
             name=self.name[: -len("-reversed")] if self.name.endswith("-reversed") else f"{self.name}-reversed",
             ranks=self.ranks,
             links=tuple(
-                Link(l.dst, l.src, l.bandwidth, l.alpha, l.capacity) for l in self.links
+                Link(l.dst, l.src, l.bandwidth, l.alpha, l.capacity, l.kind) for l in self.links
             ),
             groups=tuple(
                 Group(g.name, tuple((d, s) for s, d in g.links), g.bandwidth, g.capacity)
@@ -352,6 +359,11 @@ def _short(items: Iterable[Any], limit: int = 12) -> str:
     return text + (f", ... ({len(items)} in all)" if len(items) > limit else "")
 
 
+def _check_kind(value: Any, what: str) -> None:
+    if value is not None and (not isinstance(value, str) or value not in LINK_KINDS):
+        raise TopologyError(f"{what}: kind must be one of {', '.join(LINK_KINDS)}, got {value!r}")
+
+
 def _require(doc: dict, key: str, where: str) -> Any:
     if key not in doc:
         raise TopologyError(f"{where}: missing field {key!r}")
@@ -372,7 +384,7 @@ def _parse_link(item: Any, where: str) -> Link:
         if key not in item:
             raise TopologyError(f"{where}: a link is missing {key!r}: {item}")
     alpha = item.get("alpha", 0.0)
-    return Link(item["src"], item["dst"], item["bandwidth"], alpha, item.get("capacity"))
+    return Link(item["src"], item["dst"], item["bandwidth"], alpha, item.get("capacity"), item.get("kind"))
 
 
 def _parse_group(item: Any, where: str) -> Group:
@@ -401,6 +413,8 @@ def _link_dict(link: Link) -> dict[str, Any]:
     out: dict[str, Any] = {"src": link.src, "dst": link.dst, "bandwidth": link.bandwidth, "alpha": link.alpha}
     if link.capacity is not None:
         out["capacity"] = link.capacity
+    if link.kind is not None:
+        out["kind"] = link.kind
     return out
 
 

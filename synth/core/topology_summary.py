@@ -32,17 +32,17 @@ def describe(topology: Topology, max_links: int = 64) -> str:
     out_bw = [sum(l.bandwidth for l in topology.out_links[r]) for r in range(topology.ranks)]
     lines.append(f"per-rank link out-bandwidth: min {min(out_bw):g}, max {max(out_bw):g} GB/s")
     if len(topology.links) <= max_links:
-        lines.append("links (src->dst bandwidth GB/s, alpha us, capacity):")
+        lines.append("links (src->dst bandwidth GB/s, alpha us, capacity, kind):")
         for link in topology.links:
             lines.append(
                 f"  {link.src:>3}->{link.dst:<3} {link.bandwidth:>8g} GB/s  {link.alpha:g} us  "
-                f"cap {topology.link_capacity(link)}"
+                f"cap {topology.link_capacity(link)}  {link.kind or 'no kind'}"
             )
     else:
-        histogram = Counter((l.bandwidth, l.alpha) for l in topology.links)
-        lines.append("links by (bandwidth, alpha):")
-        for (bw, alpha), count in sorted(histogram.items()):
-            lines.append(f"  {count:>6} x {bw:g} GB/s, {alpha:g} us")
+        histogram = Counter((l.bandwidth, l.alpha, l.kind or "no kind") for l in topology.links)
+        lines.append("links by (bandwidth, alpha, kind):")
+        for (bw, alpha, kind), count in sorted(histogram.items()):
+            lines.append(f"  {count:>6} x {bw:g} GB/s, {alpha:g} us, {kind}")
     if topology.groups:
         shown = topology.groups[:16]
         lines.append("groups (shared capacity):")

@@ -16,6 +16,7 @@ from synth.core.library import library_names, resolve_topology
 from synth.core.topology import Topology
 from synth.verify import verify
 
+from tests.test_cost import SHARED_EXAMPLES
 from tests.test_verify import DATA
 
 
@@ -28,6 +29,7 @@ def run(capsys, *argv):
 def test_topo_list_and_show_json_is_a_valid_document(capsys):
     code, out, _ = run(capsys, "topo", "list")
     assert code == 0 and "dgx1" in out and "torus:AxB" in out and "NAMExK" in out
+    assert "kind nvlink" in out.splitlines()[-1] and "kind net" in out.splitlines()[-1]
     code, out, _ = run(capsys, "topo", "show", "ndv2x2", "--json")
     topo = Topology.from_dict(json.loads(out))
     assert code == 0 and topo.ranks == 16 and topo.machine_count == 2
@@ -81,6 +83,49 @@ def test_cost_agrees_with_the_contract_formula(capsys):
     assert code == 4 and "invalid schedule" in err
 
 
+@pytest.mark.parametrize("protocol, expected", [
+    ("ideal", 3 * (0.7 + 262144 / 25e3)),
+    ("simple", 8.4 + 3 * (0.7 * 3.4 / 0.6 + 262144 / (25e3 * 1.0))),
+    ("ll128", 14.0 + 3 * (0.7 * 1.9 / 0.6 + 262144 / (25e3 * 0.9375))),
+    ("ll", 6.6 + 3 * (0.7 + 262144 / (25e3 * 0.5))),
+    ("best", 8.4 + 3 * (0.7 * 3.4 / 0.6 + 262144 / (25e3 * 1.0))),  # simple at 1 MiB
+])
+def test_cost_protocol_json_keeps_every_field_and_names_the_protocol(capsys, protocol, expected):
+    path = str(SHARED_EXAMPLES / "schedule-uring4-allgather-ring.json")
+    code, out, err = run(capsys, "cost", path, "--sizes", "1M", "--protocol", protocol, "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and set(row) == {"size", "protocol", "step_time_us", "sim_time_us", "algbw_gbps",
+                                      "busbw_gbps", "bound_time_us", "bound_fraction"}
+    assert row["protocol"] == ("simple" if protocol == "best" else protocol)
+    assert row["step_time_us"] == pytest.approx(expected, rel=1e-9)
+    assert row["sim_time_us"] <= row["step_time_us"] + 1e-9
+    assert row["algbw_gbps"] == pytest.approx(1048576 / (expected * 1e3))
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 3 / 4)
+    assert row["bound_fraction"] == pytest.approx(row["bound_time_us"] / expected)
+    if protocol == "ideal":
+        assert err == ""
+    else:  # the example's links have no kind: said once, never silent
+        assert err == "note: 4 of 4 links of uring4 have no kind; costed with NCCL's nvlink latency row\n"
+
+
+def test_cost_protocol_text_has_a_protocol_column(capsys):
+    path = str(SHARED_EXAMPLES / "schedule-uring4-allgather-ring.json")
+    code, out, _ = run(capsys, "cost", path, "--sizes", "1K,1G", "--protocol", "best")
+    header, small, large = out.splitlines()[1:]
+    assert code == 0 and header.split()[:2] == ["size", "protocol"]
+    assert small.split()[:3] == ["1K", "ll", f"{6.6 + 3 * (0.7 + 256 / (25e3 * 0.5)):.4f}"]
+    assert large.split()[:2] == ["1G", "simple"]
+    code, out, _ = run(capsys, "cost", path, "--sizes", "1M", "--protocol", "ll128")
+    assert code == 0 and out.splitlines()[2].split()[:2] == ["1M", "ll128"]
+
+
+def test_cost_of_a_library_schedule_needs_no_note(capsys, tmp_path):
+    out_file = tmp_path / "ring.json"
+    assert run(capsys, "baseline", "ndv2x2", "allgather", "--algo", "ring", "-o", str(out_file))[0] == 0
+    code, out, err = run(capsys, "cost", str(out_file), "--sizes", "1K", "--protocol", "simple", "--json")
+    assert code == 0 and err == "" and json.loads(out)[0]["protocol"] == "simple"
+
+
 def test_baseline_writes_a_verified_file(capsys, tmp_path):
     out_file = tmp_path / "ring.json"
     code, _, _ = run(capsys, "baseline", "ndv2x2", "allreduce", "--algo", "ring", "-o", str(out_file))
@@ -101,6 +146,7 @@ def test_baseline_writes_a_verified_file(capsys, tmp_path):
         (("baseline", "full:6", "allgather", "--algo", "recursive_doubling"), "power-of-two"),
         (("bounds", "ring:1", "allgather"), "ring"),
         (("cost", "x.json", "--sizes", "12Q"), "size"),
+        (("cost", "x.json", "--protocol", "LL"), "invalid choice: 'LL'"),
         (("bounds", "dgx1"), "required"),
         (("frobnicate",), "invalid choice"),
     ],

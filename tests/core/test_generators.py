@@ -89,8 +89,8 @@ def test_torus_names_and_wraps():
 
 def test_generated_links_use_documented_constants():
     for t in (generators.ring(4), generators.full(3), generators.torus((2, 3))):
-        assert {(l.bandwidth, l.alpha) for l in t.links} == {(25.0, 0.7)}
-        assert any("25.0 GB/s" in s and "0.7 us" in s for s in t.sources)
+        assert {(l.bandwidth, l.alpha, l.kind) for l in t.links} == {(25.0, 0.7, "nvlink")}
+        assert any("25.0 GB/s" in s and "0.7 us" in s and "kind nvlink" in s for s in t.sources)
         assert t.rounds_apply
 
 

@@ -9,7 +9,7 @@ import pytest
 from synth.core.compose import compose
 from synth.core.errors import InputError, TopologyError
 from synth.core.library import library_folder, library_names, list_topologies, load_library, resolve_topology
-from synth.core.topology import Link, Nic, Topology
+from synth.core.topology import LINK_KINDS, Link, Nic, Topology
 
 LIBRARY = ["a100", "dgx1", "dgx2", "h100", "mi250", "mi300x", "ndv2"]
 
@@ -38,6 +38,29 @@ def test_library_file_is_valid_and_documented(name):
     for link in t.links:  # every connection is modelled in both directions, alike
         back = t.link(link.dst, link.src)
         assert back is not None and (back.bandwidth, back.alpha) == (link.bandwidth, link.alpha)
+
+
+# which kind every link of a library machine is (NVIDIA NVLink / NVSwitch ports, AMD xGMI)
+LIBRARY_KINDS = {"a100": "nvlink", "dgx1": "nvlink", "dgx2": "nvlink", "h100": "nvlink",
+                 "mi250": "xgmi", "mi300x": "xgmi", "ndv2": "nvlink"}
+
+
+@pytest.mark.parametrize("name", LIBRARY)
+def test_every_library_link_has_its_kind(name):
+    t = load_library(name)
+    assert {link.kind for link in t.links} == {LIBRARY_KINDS[name]}
+    assert any(s.startswith(f"link kind: {LIBRARY_KINDS[name]}") for s in t.sources)
+    text = library_folder().joinpath(f"{name}.json").read_text(encoding="utf-8")
+    assert all("kind" in link for link in json.loads(text)["links"])  # in the file, not a default
+
+
+@pytest.mark.parametrize("spec", ["ndv2x2", "h100x16", "dgx2x2", "mi300xx2"])
+def test_composed_links_have_kinds_and_the_fabric_is_net(spec):
+    t = resolve_topology(spec)
+    assert all(link.kind in LINK_KINDS for link in t.links)
+    assert {l.kind for l in fabric_links(t)} == {"net"}
+    inside = {l.kind for l in t.links if t.machine_of[l.src] == t.machine_of[l.dst]}
+    assert inside == {LIBRARY_KINDS[spec[: spec.rindex("x")]]}
 
 
 @pytest.mark.parametrize("name", LIBRARY)

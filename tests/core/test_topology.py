@@ -46,6 +46,9 @@ def test_example_topology_loads():
         ({"machines": [[0, 1], [1, 2, 3]]}, "two machines"),
         ({"machines": [[0, 1]]}, "in no machine"),
         ({"links": "nope"}, "'links' must be a list"),
+        ({"links": [{"src": 0, "dst": 1, "bandwidth": 25.0, "kind": "infiniband"}]}, "link 0->1: kind must be one of"),
+        ({"links": [{"src": 0, "dst": 1, "bandwidth": 25.0, "kind": 3}]}, "link 0->1: kind must be one of"),
+        ({"links": [{"src": 0, "dst": 1, "bandwidth": 25.0, "kind": "NVLink"}]}, "got 'NVLink'"),
     ],
 )
 def test_bad_topologies_are_rejected_with_one_clear_line(changes, message):
@@ -70,3 +73,30 @@ def test_round_trip_and_double_reversal(topo):
     assert topo.reversed().reversed() == topo
     rev = topo.reversed()
     assert all(rev.has_link(l.dst, l.src) for l in topo.links)
+
+
+# ------------------------------------------------------------------ link kind
+@pytest.mark.parametrize("kind", ["nvlink", "xgmi", "pcie", "net"])
+def test_link_kind_is_read_and_written_back(kind):
+    doc = copy.deepcopy(URING4)
+    doc["links"][0]["kind"] = kind
+    topo = Topology.from_dict(doc)
+    assert topo.link(0, 1).kind == kind and topo.link(1, 2).kind is None
+    assert topo.to_dict()["links"][0]["kind"] == kind and "kind" not in topo.to_dict()["links"][1]
+    assert Topology.from_dict(topo.to_dict()) == topo
+
+
+def test_a_file_without_kinds_writes_back_identically():
+    assert Topology.from_dict(URING4).to_dict() == URING4
+    assert all("kind" not in link for link in Topology.from_dict(URING4).to_dict()["links"])
+
+
+def test_unknown_kind_in_the_constructor_names_the_link():
+    with pytest.raises(TopologyError, match=r"^topology 't': link 1->0: kind must be one of nvlink, xgmi, pcie, net, got 'wire'$"):
+        Topology("t", 2, (Link(0, 1, 25.0, kind="net"), Link(1, 0, 25.0, kind="wire")))
+
+
+def test_reversal_keeps_kinds():
+    topo = Topology("t", 3, (Link(0, 1, 25.0, kind="nvlink"), Link(1, 2, 12.5, 2.6, kind="net"), Link(2, 0, 25.0)))
+    rev = topo.reversed()
+    assert (rev.link(1, 0).kind, rev.link(2, 1).kind, rev.link(0, 2).kind) == ("nvlink", "net", None)
