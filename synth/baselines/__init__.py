@@ -44,13 +44,14 @@ class Baseline:
 
 def registry() -> dict[str, Baseline]:
     """All baselines by name (imported lazily to keep ``import synth`` light)."""
-    from synth.baselines import alltoall, hierarchical, nccl_pat, nccl_ring, nccl_tree, recursive, ring, trees
+    from synth.baselines import alltoall, hierarchical, nccl, nccl_pat, nccl_ring, nccl_tree, recursive, ring, trees
 
     entries = (
         ring.BASELINES
         + nccl_ring.BASELINES
         + nccl_tree.BASELINES
         + nccl_pat.BASELINES
+        + nccl.BASELINES
         + recursive.BASELINES
         + trees.BASELINES
         + alltoall.BASELINES
