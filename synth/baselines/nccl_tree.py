@@ -285,11 +285,29 @@ def candidates(templates: Sequence[Steps]) -> tuple[int, ...]:
 
 
 def choose_pieces(topology: Topology, templates: Sequence[Steps], size: float) -> tuple[int, dict[int, float]]:
-    """The candidate piece count fastest at ``size`` (ties: fewer), and every candidate's time."""
-    from synth.cost import step_time_us
+    """The candidate piece count fastest at ``size`` at its best protocol (ties: fewer), and
+    every candidate's time."""
+    from synth.cost import best_protocol
 
-    times = {c: step_time_us(cost_stand_in(topology, templates, c), size) for c in candidates(templates)}
+    times = {c: best_protocol(cost_stand_in(topology, templates, c), size)[1] for c in candidates(templates)}
     return min(times, key=lambda c: (times[c], c)), times
+
+
+def pieces_by_size(topology: Topology, sizes: Sequence[float]) -> dict[float, int]:
+    """For every size, the piece count ``build`` would choose there (cheap: no schedule is built).
+
+    >>> from synth.core.library import resolve_topology
+    >>> picks = pieces_by_size(resolve_topology("h100x4"), [1024, 1 << 30])
+    >>> picks[1024] < picks[1 << 30]
+    True
+    """
+    from synth.cost import step_loads
+
+    layout = plan(topology)
+    reverse = topology.reversed()
+    templates = [channel_template(topology, reverse, ch) for ch in layout.channels]
+    loads = {c: step_loads(cost_stand_in(topology, templates, c)) for c in candidates(templates)}
+    return {size: min(loads, key=lambda c: (loads[c].best(size)[1], c)) for size in sizes}
 
 
 # ---------------------------------------------------------------------------- builder
