@@ -13,7 +13,8 @@ evenly over them (every ring has the same unit bandwidth). Per collective:
 - reduce: the dual of the broadcast on the reversed topology.
 
 The builder is *sized*: ``pieces`` for broadcast and reduce is the count (1, 2, 4, ... 64) that is
-fastest at ``size`` in the step model (1 GiB when no size is given); ``chunks`` fixes it instead.
+fastest at ``size`` in the step model at its best protocol (1 GiB when no size is given);
+``chunks`` fixes it instead.
 
 >>> from synth.core.library import resolve_topology
 >>> s = build(resolve_topology("dgx1"), "allgather", None, None)
@@ -102,7 +103,7 @@ def _rooted(topology: Topology, name: str, root: int | None, chunks: int | None,
     plan = plan_channels(topology)
     if chunks is not None:
         return _rooted_with(topology, name, root, plan, chunks_per_rank(chunks), "given")
-    from synth.cost import step_time_us
+    from synth.cost import best_protocol
 
     at = DEFAULT_SIZE if size is None else size
     best: tuple[float, Schedule] | None = None
@@ -110,7 +111,7 @@ def _rooted(topology: Topology, name: str, root: int | None, chunks: int | None,
         if best is not None and len(plan.rings) * pieces * topology.ranks > MAX_SENDS:
             break
         schedule = _rooted_with(topology, name, root, plan, pieces, f"fastest at {at:.0f} bytes")
-        took = step_time_us(schedule, at)
+        took = best_protocol(schedule, at)[1]
         if best is None or took < best[0]:
             best = (took, schedule)
     return best[1]

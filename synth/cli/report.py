@@ -40,8 +40,16 @@ def cmd_report(args) -> int:
     out = args.output or f"results/{args.topology}/{args.collective}"
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say)
     for w in doc["fastest"]:
-        print(f"{w['min_bytes']}..{'' if w['max_bytes'] is None else w['max_bytes']}: {w['label']}"
-              + ("" if w["speedup"] is None else
-                 f" ({w['speedup']:.2f}x-{w['speedup_max']:.2f}x the best baseline: {w['best_baseline']})"))
+        versus = []
+        if w.get("nccl_speedup") is not None:
+            versus.append(f"{w['nccl_speedup']:.2f}x-{w['nccl_speedup_max']:.2f}x NCCL: {w['nccl']}")
+        if w["speedup"] is not None:
+            versus.append(f"{w['speedup']:.2f}x-{w['speedup_max']:.2f}x the best baseline: {w['best_baseline']}")
+        print(f"{w['min_bytes']}..{'' if w['max_bytes'] is None else w['max_bytes']}: {w['label']} {w['protocol']}"
+              + (f" ({'; '.join(versus)})" if versus else ""))
+    if doc.get("slower_than_nccl"):
+        worst = min(doc["slower_than_nccl"], key=lambda s: s["nccl_us"] / s["synthesized_us"])
+        print(f"slower than NCCL at {len(doc['slower_than_nccl'])} grid size(s); worst at {worst['size']} bytes: "
+              f"{worst['synthesized_us']:.2f} us against {worst['nccl']} {worst['nccl_us']:.2f} us")
     print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, selection.json", file=sys.stderr)
     return 0

@@ -1,9 +1,13 @@
-"""The schedules a report compares: synthesized (SMT frontier or MILP router), baselines, files.
+"""The schedules a report compares: synthesized (SMT frontier or MILP router), what NCCL runs,
+classic baselines, files.
 
 Each candidate carries a stable file name so the report can name it and ``synth cost`` can
 reproduce its numbers. One machine of at most ``SMT_RANKS`` ranks gets the SMT Pareto frontier;
 bigger or multi-machine topologies get the MILP router at ``ROUTER_SIZES`` (each size its own
-derived sketch: chunking and block length depend on it).
+derived sketch: chunking and block length depend on it). ``nccl_candidates`` holds every
+variant of NCCL's algorithms (``synth.baselines.nccl.OPTIONS``) that NCCL would run somewhere on
+the size grid (a tree's piece count, a chain's pieces depend on the size), so the fastest of
+them at a size is the ``nccl`` baseline there.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Candidate:
-    """A schedule in the report: ``kind`` is smt, milp, baseline or file."""
+    """A schedule in the report: ``kind`` is smt, milp or file (synthesized), nccl (what NCCL
+    runs) or baseline (classic algorithms)."""
 
     label: str
     kind: str
@@ -42,7 +47,11 @@ class Candidate:
 
     @property
     def synthesized(self) -> bool:
-        return self.kind != "baseline"
+        return self.kind not in ("baseline", "nccl")
+
+    @property
+    def nccl(self) -> bool:
+        return self.kind == "nccl"
 
 
 def synthesized(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
@@ -85,10 +94,14 @@ def _milp(topology: Topology, collective: str, time_limit: float, say: Say) -> l
 
 
 def baselines(topology: Topology, collective: str) -> list[Candidate]:
-    """Every applicable baseline, by name."""
+    """Every applicable classic baseline, by name (what NCCL runs is in ``nccl_candidates``)."""
+    from synth.baselines.nccl import OPTIONS
+
+    nccl_family = {"nccl", *(name for names in OPTIONS.values() for name in names if name.startswith("nccl"))}
+    nccl_here = set(OPTIONS.get(collective.partition(":")[0], ()))
     out = []
     for name, entry in sorted(registry().items()):
-        if collective.partition(":")[0] not in entry.collectives:
+        if collective.partition(":")[0] not in entry.collectives or name in nccl_family or name in nccl_here:
             continue
         try:
             schedule = entry.make(topology, collective)
@@ -97,6 +110,40 @@ def baselines(topology: Topology, collective: str) -> list[Candidate]:
         out.append(Candidate(name, "baseline", schedule, _file(collective, topology, name), None,
                              len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank))
     return out
+
+
+def nccl_candidates(topology: Topology, collective: str, sizes: list[int]) -> list[Candidate]:
+    """Every schedule NCCL would run somewhere on ``sizes``: each algorithm of ``nccl.OPTIONS``
+    that applies, in each variant a size of the grid selects."""
+    from synth.baselines.nccl import OPTIONS
+
+    out: list[Candidate] = []
+    for name in OPTIONS.get(collective.partition(":")[0], ()):
+        try:
+            variants = _variants(registry()[name], topology, collective, sizes)
+        except BaselineNotApplicable:
+            continue
+        for label, schedule in variants:
+            what = label.replace(" ", "-").replace("=", "")
+            out.append(Candidate(label, "nccl", schedule, _file(collective, topology, what), None,
+                                 len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank))
+    return out
+
+
+def _variants(entry, topology: Topology, collective: str, sizes: list[int]) -> list[tuple[str, Schedule]]:
+    """(label, schedule) per distinct variant of a (possibly sized) NCCL algorithm over ``sizes``."""
+    if entry.name == "nccl_tree":
+        from synth.baselines.nccl_tree import pieces_by_size
+
+        chosen = sorted(set(pieces_by_size(topology, sizes).values()))
+        return [(f"nccl_tree C={c}", entry.make(topology, collective, None, c)) for c in chosen]
+    if not entry.sized or collective not in ("broadcast", "reduce"):
+        return [(entry.name, entry.make(topology, collective))]
+    found: dict[int, Schedule] = {}
+    for size in sizes:
+        schedule = entry.make(topology, collective, None, None, size)
+        found.setdefault(schedule.meta["pieces"], schedule)
+    return [(f"{entry.name} P={pieces}", schedule) for pieces, schedule in sorted(found.items())]
 
 
 def from_frontier_dir(folder: str | Path, topology: Topology, collective: str) -> list[Candidate]:

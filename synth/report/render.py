@@ -7,7 +7,7 @@ import io
 from typing import Any
 
 from synth.cost import format_size
-from synth.report.evaluate import TABLE_SIZES, Evaluation, Winner
+from synth.report.evaluate import TABLE_SIZES, Evaluation, Shortfall, Winner
 
 SELECTION_FORMAT = "synth.selection"
 
@@ -16,20 +16,34 @@ def _us(x: float) -> str:
     return f"{x:.2f}" if x < 1e5 else f"{x:.0f}"
 
 
+def _speed(low: float | None, high: float | None) -> str:
+    if low is None:
+        return "-"
+    return f"{low:.2f}x" if abs(high - low) < 0.005 else f"{low:.2f}x-{high:.2f}x"
+
+
+def _span_text(low: int, high: int | None) -> str:
+    return f"{format_size(low)}..{'' if high is None else format_size(high + 1)}"
+
+
 def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evaluations: list[Evaluation],
-             picks: list[Winner], sizes: list[int]) -> str:
+             picks: list[Winner], sizes: list[int], short: list[Shortfall] = ()) -> str:
     lines = [f"# {collective} on {topology_name}", ""]
     lines.append(f"Lower bounds: steps >= {bounds['steps']}, rounds per chunk >= {bounds['rounds_per_chunk']}, "
                  f"busbw <= {bounds['busbw_gbps']:.1f} GB/s. Times are the contract step model "
-                 f"(DESIGN.md); the event simulation is in report.csv. Sizes: {format_size(sizes[0])}.."
-                 f"{format_size(sizes[-1])}, log-spaced.")
+                 f"(DESIGN.md), every schedule at its fastest protocol per size (Simple, LL128 or LL: "
+                 f"docs/cost-model.md), named beside each time; the event simulation is in report.csv. "
+                 f"Sizes: {format_size(sizes[0])}..{format_size(sizes[-1])}, log-spaced. Kinds: smt/milp are "
+                 f"synthesized, nccl is what NCCL runs (its fastest at a size is the `nccl` baseline), "
+                 f"baseline is a classic algorithm.")
     lines += ["", "## Schedules", ""]
     head = "| schedule | kind | S | R | C | " + " | ".join(f"time @{format_size(s)} us" for s in TABLE_SIZES)
     head += f" | busbw @{format_size(TABLE_SIZES[-1])} GB/s | % of bound @{format_size(TABLE_SIZES[-1])} | solve s | file |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
-    for e in sorted(evaluations, key=lambda e: (not e.candidate.synthesized, e.candidate.label)):
+    order = {"smt": 0, "milp": 0, "file": 0, "nccl": 1, "baseline": 2}
+    for e in sorted(evaluations, key=lambda e: (order.get(e.candidate.kind, 3), e.candidate.label)):
         c = e.candidate
-        times = " | ".join(_us(r["step_time_us"]) for r in e.table)
+        times = " | ".join(f"{_us(r['step_time_us'])} {r['protocol']}" for r in e.table)
         big = e.table[-1]
         frac = big["bound_fraction"]
         solve = "-" if c.solve_seconds is None else f"{c.solve_seconds:.2f}"
@@ -37,15 +51,27 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
                      f"{big['busbw_gbps']:.1f} | {'-' if frac is None else f'{100 * frac:.1f}%'} | {solve} | "
                      f"`schedules/{c.file_name}` |")
     lines += ["", "## Fastest schedule by size", "",
-              "| sizes | fastest | best baseline there | speedup over it |", "|---|---|---|---|"]
+              "| sizes | fastest | protocol | vs NCCL | NCCL runs there | vs best baseline | best baseline there |",
+              "|---|---|---|---|---|---|---|"]
     for w in picks:
-        span = f"{format_size(w.min_bytes)}..{'' if w.max_bytes is None else format_size(w.max_bytes + 1)}"
-        speed = "-" if w.speedup is None else (f"{w.speedup:.2f}x" if abs(w.speedup_max - w.speedup) < 0.005
-                                                else f"{w.speedup:.2f}x-{w.speedup_max:.2f}x")
-        lines.append(f"| {span} | {w.label} | {w.best_baseline or '-'} | {speed} |")
-    lines += ["", "Ranges are [low, high) in bytes; the speedup is the fastest baseline's time over the fastest "
-              "schedule's, least to most over the range's grid sizes (1.00x: a baseline is the fastest).",
-              "", "Reproduce any number: `synth cost schedules/FILE --sizes 1K,1M,1G`; the whole report: "
+        lines.append(f"| {_span_text(w.min_bytes, w.max_bytes)} | {w.label} | {w.protocol} | "
+                     f"{_speed(w.nccl_speedup, w.nccl_speedup_max)} | {w.nccl or '-'} | "
+                     f"{_speed(w.speedup, w.speedup_max)} | {w.best_baseline or '-'} |")
+    lines += ["", "Ranges are [low, high) in bytes; a speedup is the other schedule's time over the fastest "
+              "one's, least to most over the range's grid sizes (1.00x: it is the fastest itself). "
+              "\"vs NCCL\" compares with the fastest schedule NCCL runs at that size (ring, tree, PAT or "
+              "point-to-point, channels and protocol included); \"best baseline\" with the fastest "
+              "non-synthesized schedule of any kind.", ""]
+    if any(e.candidate.synthesized for e in evaluations):
+        lines += ["## Where synthesis is slower than NCCL", ""]
+        if short:
+            lines += ["| size | fastest synthesized | us | NCCL | us | ours / NCCL |", "|---|---|---|---|---|---|"]
+            lines += [f"| {format_size(s.size)} | {s.synthesized} | {_us(s.synthesized_us)} | {s.nccl} | "
+                      f"{_us(s.nccl_us)} | {1 / s.ratio:.2f}x slower |" for s in short]
+        else:
+            lines.append("Nowhere on the grid: at every size a synthesized schedule is at least as fast as NCCL.")
+        lines.append("")
+    lines += ["Reproduce any number: `synth cost schedules/FILE --sizes 1K,1M,1G --protocol best`; the whole report: "
               f"`synth report {topology_name} {collective}`.", ""]
     return "\n".join(lines)
 
@@ -57,18 +83,18 @@ def _dash(x) -> str:
 def csv_text(evaluations: list[Evaluation]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["schedule", "kind", "file", "size", "step_time_us", "sim_time_us", "algbw_gbps",
+    writer.writerow(["schedule", "kind", "file", "size", "protocol", "step_time_us", "sim_time_us", "algbw_gbps",
                      "busbw_gbps", "bound_time_us", "bound_fraction"])
     for e in evaluations:
         for r in e.rows:
-            writer.writerow([e.candidate.label, e.candidate.kind, e.candidate.file_name, r["size"],
+            writer.writerow([e.candidate.label, e.candidate.kind, e.candidate.file_name, r["size"], r["protocol"],
                              f"{r['step_time_us']:.6f}", f"{r['sim_time_us']:.6f}", f"{r['algbw_gbps']:.6f}",
                              f"{r['busbw_gbps']:.6f}", f"{r['bound_time_us']:.6f}", f"{r['bound_fraction']:.6f}"])
     return out.getvalue()
 
 
 def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evaluations: list[Evaluation],
-             picks: list[Winner], sizes: list[int], bound: list[dict]) -> dict[str, Any]:
+             picks: list[Winner], sizes: list[int], bound: list[dict], short: list[Shortfall] = ()) -> dict[str, Any]:
     return {
         "format": "synth.report", "version": 1,
         "topology": topology_name, "collective": collective, "sizes": sizes, "bounds": bounds,
@@ -79,17 +105,23 @@ def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evalua
             "solve_seconds": e.candidate.solve_seconds, "rows": list(e.rows),
         } for e in evaluations],
         "fastest": [_winner(w) for w in picks],
+        "slower_than_nccl": [{"size": s.size, "synthesized": s.synthesized, "synthesized_us": s.synthesized_us,
+                              "nccl": s.nccl, "nccl_us": s.nccl_us} for s in short],
     }
 
 
 def selection_doc(topology_name: str, collective: str, picks: list[Winner]) -> dict[str, Any]:
-    """Size ranges -> schedule file: MSCCL minBytes/maxBytes (inclusive; null = unbounded)."""
+    """Size ranges -> schedule file and protocol: MSCCL minBytes/maxBytes (inclusive; null =
+    unbounded); ``synth export selection.json --format msccl-xml -o DIR`` writes one XML per range."""
     return {"format": SELECTION_FORMAT, "version": 1, "topology": topology_name, "collective": collective,
             "ranges": [{"min_bytes": w.min_bytes, "max_bytes": w.max_bytes,
-                        "schedule": f"schedules/{w.file_name}", "label": w.label} for w in picks]}
+                        "schedule": f"schedules/{w.file_name}", "label": w.label, "protocol": w.protocol}
+                       for w in picks]}
 
 
 def _winner(w: Winner) -> dict[str, Any]:
     return {"min_bytes": w.min_bytes, "max_bytes": w.max_bytes, "label": w.label,
             "file": f"schedules/{w.file_name}", "synthesized": w.synthesized,
-            "best_baseline": w.best_baseline, "speedup": w.speedup, "speedup_max": w.speedup_max}
+            "best_baseline": w.best_baseline, "speedup": w.speedup, "speedup_max": w.speedup_max,
+            "protocol": w.protocol, "nccl": w.nccl, "nccl_speedup": w.nccl_speedup,
+            "nccl_speedup_max": w.nccl_speedup_max}

@@ -17,7 +17,7 @@ from synth.core.errors import InputError
 from synth.core.io import dumps, read_json, save_schedule, write_text_atomic
 from synth.core.library import resolve_topology
 from synth.report import candidates as cand
-from synth.report.evaluate import bound_rows, evaluate, size_grid, winners
+from synth.report.evaluate import bound_rows, evaluate, shortfalls, size_grid, winners
 from synth.report.plots import plot
 from synth.report.render import csv_text, json_doc, markdown, selection_doc
 
@@ -46,20 +46,22 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
         (folder / "schedules").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
-    candidates = found + cand.baselines(topo, collective)
-    say(f"{topo.name} {collective}: {len(found)} synthesized, {len(candidates) - len(found)} baselines; "
-        f"evaluating over {len(grid)} sizes")
+    nccl = cand.nccl_candidates(topo, collective, grid)
+    candidates = found + nccl + cand.baselines(topo, collective)
+    say(f"{topo.name} {collective}: {len(found)} synthesized, {len(nccl)} NCCL, "
+        f"{len(candidates) - len(found) - len(nccl)} classic baselines; evaluating over {len(grid)} sizes")
     for c in candidates:
         save_schedule(folder / "schedules" / c.file_name, c.schedule)
     evaluations = evaluate(topo, candidates, grid)
     picks = winners(evaluations, grid)
+    short = shortfalls(evaluations, grid)
     b = lower_bounds(topo, make_collective(collective, topo.ranks))
     bounds = {"steps": b.steps, "rounds_per_chunk": None if b.rounds_per_chunk is None else str(Fraction(b.rounds_per_chunk)),
               "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps}
     bound = bound_rows(topo, collective, grid)
-    write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid))
+    write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid, short))
     write_text_atomic(folder / "report.csv", csv_text(evaluations))
-    doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound)
+    doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound, short)
     write_text_atomic(folder / "report.json", dumps(doc))
     write_text_atomic(folder / "selection.json", dumps(selection_doc(topo.name, collective, picks)))
     plot(evaluations, bound, f"{collective} on {topo.name} ({topo.ranks} GPUs)", folder)
@@ -91,16 +93,20 @@ def index(root: Path) -> str:
              "Regenerate with `synth report --all` (resumes: finished reports are kept; `--force` redoes them).",
              "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, selection.json",
              "and schedules/ (every schedule named in the report; `synth cost` reproduces its numbers).", "",
-             "| topology | collective | fastest @1K | fastest @1M | fastest @1G | synthesized vs best baseline @1G |",
-             "|---|---|---|---|---|---|"]
+             "Times are the step model, each schedule at its best protocol; \"vs NCCL\" is the fastest synthesized",
+             "schedule against the fastest schedule NCCL runs at that size (> 1: synthesis is faster).", "",
+             "| topology | collective | fastest @1K | fastest @1M | fastest @1G | synthesized vs NCCL @1K / 1M / 1G "
+             "| synthesized vs best baseline @1G |",
+             "|---|---|---|---|---|---|---|"]
     for topology, collective in ALL_REPORTS:
         path = root / topology / collective / "report.json"
         if not path.exists():
             continue
         doc = read_json(path)
         cells = [_fastest_at(doc, size) for size in (1 << 10, 1 << 20, 1 << 30)]
+        nccl = " / ".join(_versus_nccl(doc, size) for size in (1 << 10, 1 << 20, 1 << 30))
         lines.append(f"| {topology} | [{collective}]({topology}/{collective}/report.md) | " + " | ".join(cells)
-                     + f" | {_versus(doc, 1 << 30)} |")
+                     + f" | {nccl} | {_versus(doc, 1 << 30)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -116,9 +122,19 @@ def _fastest_at(doc: dict, size: int) -> str:
     return "-" if not times else min(times)[1]
 
 
+def _synthesized(entry: dict) -> bool:
+    return entry["kind"] not in ("baseline", "nccl")
+
+
+def _versus_nccl(doc: dict, size: int) -> str:
+    synth = [t for e in doc["schedules"] if _synthesized(e) and (t := _time(e, size)) is not None]
+    nccl = [t for e in doc["schedules"] if e["kind"] == "nccl" and (t := _time(e, size)) is not None]
+    return f"{min(nccl) / min(synth):.2f}x" if synth and nccl else "-"
+
+
 def _versus(doc: dict, size: int) -> str:
-    synth = [t for e in doc["schedules"] if e["kind"] != "baseline" and (t := _time(e, size)) is not None]
-    base = [(t, e["label"]) for e in doc["schedules"] if e["kind"] == "baseline" and (t := _time(e, size)) is not None]
+    synth = [t for e in doc["schedules"] if _synthesized(e) and (t := _time(e, size)) is not None]
+    base = [(t, e["label"]) for e in doc["schedules"] if not _synthesized(e) and (t := _time(e, size)) is not None]
     if not synth or not base:
         return "-"
     best_base = min(base)

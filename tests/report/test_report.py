@@ -28,15 +28,18 @@ def test_report_writes_every_file(full4_report):
         assert (out / name).stat().st_size > 0
     assert (out / "busbw.png").read_bytes()[:4] == b"\x89PNG"
     kinds = {s["kind"] for s in doc["schedules"]}
-    assert "smt" in kinds and "baseline" in kinds
+    assert "smt" in kinds and "baseline" in kinds and "nccl" in kinds
+    text = (out / "report.md").read_text()
+    assert "vs NCCL" in text and "## Where synthesis is slower than NCCL" in text
 
 
 def test_every_number_is_what_synth_cost_gives_for_the_named_file(full4_report):
     out, doc = full4_report
     for entry in doc["schedules"]:
         schedule = load_schedule(out / entry["file"])
-        rows = cost_rows(schedule, doc["sizes"], lower_bounds(schedule.topology, schedule.collective))
+        rows = cost_rows(schedule, doc["sizes"], lower_bounds(schedule.topology, schedule.collective), "best")
         assert [r["step_time_us"] for r in rows] == pytest.approx([r["step_time_us"] for r in entry["rows"]])
+        assert [r["protocol"] for r in rows] == [r["protocol"] for r in entry["rows"]]
         assert [r["sim_time_us"] for r in rows] == pytest.approx([r["sim_time_us"] for r in entry["rows"]])
     with open(out / "report.csv") as handle:
         lines = list(csv.DictReader(handle))
@@ -53,6 +56,21 @@ def test_fastest_ranges_cover_all_sizes_and_name_the_minimum(full4_report):
         best = min(doc["schedules"], key=lambda e: (e["rows"][i]["step_time_us"], e["label"]))
         covering = [r for r in ranges if r["min_bytes"] <= size and (r["max_bytes"] is None or size <= r["max_bytes"])]
         assert len(covering) == 1 and covering[0]["label"] == best["label"]
+        assert covering[0]["protocol"] == best["rows"][i]["protocol"]
+
+
+def test_nccl_column_and_shortfalls_follow_the_rows(full4_report):
+    _, doc = full4_report
+    ours = [e for e in doc["schedules"] if e["kind"] not in ("baseline", "nccl")]
+    nccl = [e for e in doc["schedules"] if e["kind"] == "nccl"]
+    slower = {s["size"] for s in doc["slower_than_nccl"]}
+    for i, size in enumerate(doc["sizes"]):
+        mine = min(e["rows"][i]["step_time_us"] for e in ours)
+        theirs = min(e["rows"][i]["step_time_us"] for e in nccl)
+        assert (size in slower) == (mine > theirs * (1 + 1e-9))
+        covering = [w for w in doc["fastest"] if w["min_bytes"] <= size and (w["max_bytes"] is None or size <= w["max_bytes"])]
+        fastest = min(e["rows"][i]["step_time_us"] for e in doc["schedules"])
+        assert covering[0]["nccl_speedup"] <= theirs / fastest * (1 + 1e-9) <= covering[0]["nccl_speedup_max"] * (1 + 1e-9)
 
 
 def test_synthesized_never_beat_the_bound(full4_report):
