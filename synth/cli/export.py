@@ -1,34 +1,61 @@
-"""``synth export``: lower a schedule file and write MSCCL XML or a synth.program JSON file.
+"""``synth export``: lower a schedule file and write MSCCL XML or a synth.program JSON file; or
+lower every range of a size selection (``synth report``'s selection.json) into a folder.
 
 Wired into synth.cli.main by ``add_export_parser(sub)``; ``cmd_export`` returns an exit code like
-cli.py's commands. The schedule is re-verified on load; the footprint (thread blocks per rank,
-channels, most steps in one thread block) goes to stderr; the file is written atomically, and
-nothing is written when anything fails.
+cli.py's commands. The input is recognised by its ``format``: a ``synth.schedule`` is re-verified
+on load, lowered under ``--protocol`` (our names simple/ll128/ll or MSCCL's Simple/LL128/LL, any
+case; ``--proto`` is the same option) and written to the file ``-o``; its footprint (thread blocks
+per rank, channels, most steps in one thread block) goes to stderr. A ``synth.selection`` is
+exported whole into the folder ``-o`` (synth.exporters.selection): one file per size range with
+that range's protocol and bytes, every other option applying to every file; one stderr line per
+file and a summary. The folder must be new, empty, or hold only files an earlier selection export
+wrote (names as ``selection.file_name`` makes them), which are then replaced. Nothing is written
+when anything fails: a file is written atomically, a folder is filled beside its destination and
+renamed into place.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from synth.core.errors import InputError
 
 FORMATS = ("msccl-xml", "program-json")
 DEFAULT_RUNTIME = "executor"  # for msccl-xml when --runtime is not given
+DEFAULT_PROTOCOL = "Simple"
+
+
+def _protocol(text: str) -> str:
+    """argparse type: MSCCL's spelling of a protocol named our way or MSCCL's, any case."""
+    import argparse
+
+    from synth.program.ir import PROTOCOL_NAMES, PROTOCOLS, msccl_protocol
+
+    spelled = msccl_protocol(text)
+    if spelled is None:
+        raise argparse.ArgumentTypeError(f"unknown protocol {text!r}; known: {', '.join(PROTOCOL_NAMES)} "
+                                         f"(or {', '.join(PROTOCOLS)})")
+    return spelled
 
 
 def add_export_parser(sub) -> None:
     """Add ``export`` to ``sub`` (cli.py's subparsers action)."""
     from synth.lower.lowering import CHANNEL_POLICIES
     from synth.msccl.profiles import RUNTIMES
-    from synth.program.ir import PROTOCOLS
+    from synth.program.ir import PROTOCOL_NAMES, PROTOCOLS
 
-    p = sub.add_parser("export", help="lower a schedule to thread blocks: MSCCL XML or synth.program JSON")
-    p.add_argument("schedule", help="a synth.schedule file (verified on load)")
+    p = sub.add_parser("export", help="lower a schedule (or every range of a selection.json) to thread blocks: "
+                                      "MSCCL XML or synth.program JSON")
+    p.add_argument("schedule", help="a synth.schedule file (verified on load), or a synth.selection file "
+                                    "(synth report's selection.json: -o is then a folder, one file per size range)")
     p.add_argument("--format", required=True, choices=FORMATS)
     p.add_argument("--runtime", choices=RUNTIMES,
                    help=f"MSCCL runtime whose limits apply (msccl-xml default: {DEFAULT_RUNTIME}; "
                         "program-json default: none)")
-    p.add_argument("--proto", choices=PROTOCOLS, default="Simple", help="protocol (default Simple)")
+    p.add_argument("--protocol", "--proto", dest="protocol", type=_protocol, metavar="PROTOCOL",
+                   help=f"protocol: {', '.join(PROTOCOL_NAMES)} or MSCCL's {', '.join(PROTOCOLS)}, any case "
+                        f"(default {DEFAULT_PROTOCOL}; a selection names it per range)")
     channels = p.add_mutually_exclusive_group()
     channels.add_argument("--channels", type=int, help="split each pair's traffic over up to N channels")
     channels.add_argument("--channel-policy", choices=CHANNEL_POLICIES,
@@ -40,7 +67,7 @@ def add_export_parser(sub) -> None:
     p.add_argument("--inplace", action="store_true", help="the in-place variant (default: out of place)")
     p.add_argument("--max-threadblocks", type=int, help="at most N thread blocks per rank")
     p.add_argument("--name", help="algorithm name (default: derived from the schedule)")
-    p.add_argument("-o", "--output", required=True, help="file to write")
+    p.add_argument("-o", "--output", required=True, help="file to write (for a selection: the folder)")
     p.set_defaults(func=cmd_export)
 
 
@@ -57,17 +84,6 @@ def _size(text: str | None, default: int | None, flag: str) -> int | None:
         raise InputError(f"{flag}: {exc}") from None
 
 
-def export_text(schedule, fmt: str, options) -> tuple[str, object]:
-    """(file text, program) for ``schedule`` lowered with ``options`` in format ``fmt``."""
-    from synth.exporters import EXPORTERS
-    from synth.lower.lowering import lower
-
-    if fmt not in EXPORTERS:
-        raise InputError(f"unknown export format {fmt!r}; known: {', '.join(EXPORTERS)}")
-    program = lower(schedule, options)
-    return EXPORTERS[fmt][1](program, options.runtime), program
-
-
 def footprint(program) -> str:
     """One line: thread blocks per rank, channels, the longest thread block."""
     return (f"footprint: {program.threadblocks_per_rank} thread blocks per rank, {program.channels} "
@@ -75,20 +91,84 @@ def footprint(program) -> str:
             f"nchunksperloop {program.chunks_per_loop}")
 
 
-def cmd_export(args) -> int:
-    from synth.core.io import load_schedule, write_text_atomic
+def _options(args, runtime: str | None):
     from synth.lower.lowering import LoweringOptions
 
-    runtime = args.runtime or (DEFAULT_RUNTIME if args.format == "msccl-xml" else None)
-    options = LoweringOptions(
-        runtime=runtime, protocol=args.proto,
+    return LoweringOptions(
+        runtime=runtime, protocol=args.protocol or DEFAULT_PROTOCOL,
         channel_policy="max" if args.channels is not None else (args.channel_policy or "link"),
         channels=args.channels, instances=args.instances, inplace=args.inplace,
         max_threadblocks=args.max_threadblocks, min_bytes=_size(args.min_bytes, 0, "--min-bytes"),
         max_bytes=_size(args.max_bytes, None, "--max-bytes"), name=args.name)
-    schedule = load_schedule(args.schedule)
-    text, program = export_text(schedule, args.format, options)
+
+
+def _read_input(path: str):
+    """The document in ``path``: InputError unless it says it is a schedule or a selection."""
+    from synth.core.io import read_json
+    from synth.core.schedule import SCHEDULE_FORMAT
+    from synth.exporters.selection import SELECTION_FORMAT
+
+    doc = read_json(path)
+    if isinstance(doc, dict) and doc.get("format") not in (SCHEDULE_FORMAT, SELECTION_FORMAT):
+        raise InputError(f"{path}: 'format' must be {SCHEDULE_FORMAT!r} (a schedule) or {SELECTION_FORMAT!r} "
+                         f"(a size selection), got {doc.get('format')!r}")
+    return doc
+
+
+def cmd_export(args) -> int:
+    """Export one schedule to the file ``-o``, or a selection to the folder ``-o``; the exit code."""
+    from synth.core.io import schedule_from_doc, write_text_atomic
+    from synth.exporters import export_schedule
+    from synth.exporters.selection import is_selection
+
+    runtime = args.runtime or (DEFAULT_RUNTIME if args.format == "msccl-xml" else None)
+    options = _options(args, runtime)
+    doc = _read_input(args.schedule)
+    if is_selection(doc):
+        return _export_selection(args, doc, options)
+    schedule = schedule_from_doc(doc, args.schedule)
+    text, program = export_schedule(schedule, args.format, options)
     print(footprint(program) + (f" ({runtime})" if runtime else ""), file=sys.stderr)
     write_text_atomic(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _export_selection(args, doc, options) -> int:
+    """Every range of the selection ``doc`` into the folder ``args.output``; see the module doc."""
+    from synth.core.io import folder_problem, write_folder_atomic
+    from synth.exporters import selection as sel
+
+    given = [flag for flag, value in (("--protocol", args.protocol), ("--min-bytes", args.min_bytes),
+                                      ("--max-bytes", args.max_bytes), ("--name", args.name)) if value is not None]
+    if given:
+        raise InputError(f"{args.schedule}: {given[0]} does not apply to a selection: each range sets its protocol, "
+                         "bytes and name")
+    selection = sel.parse_selection(doc, args.schedule)
+    problem = folder_problem(args.output, sel.is_export_name)
+    if problem:  # before the work of lowering; checked again when writing
+        raise InputError(f"{args.output}: {problem}")
+    files = sel.export_selection(selection, sel.load_schedules(selection), args.format, options)
+    write_folder_atomic(args.output, {f.name: f.text for f in files}, sel.is_export_name)
+    if selection.unnamed_protocols:
+        print(f"note: {args.schedule}: {selection.unnamed_protocols} of {len(selection.ranges)} range(s) name no "
+              f"protocol (a selection written before protocols were named); exported as {sel.DEFAULT_PROTOCOL}",
+              file=sys.stderr)
+    for f in files:
+        print(f"wrote {Path(args.output) / f.name}: {f.range.span} bytes, {f.range.protocol}, "
+              f"{f.range.label or f.range.schedule}; {footprint(f.program)}", file=sys.stderr)
+    print(_summary(args, selection, len(files), options.runtime), file=sys.stderr)
+    return 0
+
+
+def _summary(args, selection, count: int, runtime: str | None) -> str:
+    """The last line: how many files, where, and which sizes they cover."""
+    from synth.exporters.selection import gaps
+
+    last = selection.ranges[-1].max_bytes
+    holes = ", ".join(f"{a}..{b}" for a, b in gaps(selection))
+    cover = (f"{selection.ranges[0].min_bytes}..{'unbounded' if last is None else last} bytes, "
+             + (f"not covered: {holes}" if holes else "no gap"))
+    where = f" for {runtime}" if runtime else ""
+    return (f"wrote {count} {args.format} file(s){where} to {args.output}: {selection.collective} on "
+            f"{selection.topology}, {cover}")

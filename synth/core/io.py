@@ -16,13 +16,14 @@ import gzip
 import json
 import math
 import os
+import shutil
 import tempfile
 import zlib
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.schedule import Schedule
@@ -177,13 +178,88 @@ def write_json_atomic(path: str | Path, doc: Any) -> None:
     write_text_atomic(path, dumps(doc))
 
 
+def folder_problem(folder: str | Path, replaceable: Callable[[str], bool]) -> str | None:
+    """Why ``write_folder_atomic`` would refuse ``folder``, or None: it is missing, empty, or holds
+    only plain files whose names ``replaceable`` accepts (files an earlier run wrote)."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        return "is a symbolic link; name a folder"
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        return "exists and is not a folder"
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as exc:
+        return f"cannot read folder: {exc.strerror or exc}"
+    foreign = [e.name for e in entries if e.is_symlink() or not e.is_file() or not replaceable(e.name)]
+    if foreign:
+        return (f"folder is not empty and holds {foreign[0]!r}, which this command did not write; "
+                "name a new or empty folder")
+    return None
+
+
+def write_folder_atomic(folder: str | Path, files: Mapping[str, str],
+                        replaceable: Callable[[str], bool] = lambda name: False) -> None:
+    """Make ``folder`` hold exactly ``files`` (name -> text): all are written into a temp folder
+    beside it, which then takes its name in one rename, so a failure leaves nothing behind. A
+    ``folder`` holding files an earlier run wrote (``replaceable``) is replaced whole; one holding
+    anything else is refused (see ``folder_problem``) before anything is written."""
+    folder = Path(folder)
+    problem = folder_problem(folder, replaceable)
+    if problem:
+        raise InputError(f"{folder}: {problem}")
+    parent = folder.parent if str(folder.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it private; the result is an ordinary folder
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        _swap_in(tmp, folder)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"{folder}: cannot write: {exc.strerror or exc}") from None
+        raise
+
+
+def _swap_in(new: Path, folder: Path) -> None:
+    """Rename ``new`` to ``folder``; a non-empty ``folder`` is moved aside first and removed after."""
+    if not (folder.is_dir() and any(folder.iterdir())):
+        os.replace(new, folder)  # a new name, or onto an empty folder
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=new.parent))
+    try:
+        os.replace(folder, old)
+    except BaseException:
+        old.rmdir()
+        raise
+    try:
+        os.replace(new, folder)
+    except BaseException:
+        os.replace(old, folder)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def load_topology_file(path: str | Path) -> Topology:
     return Topology.from_dict(read_json(path), where=str(path))
 
 
 def load_schedule(path: str | Path, check: bool = True) -> Schedule:
     """Read a synth.schedule v1 file; with ``check`` raise InvalidScheduleError if it is invalid."""
-    schedule = Schedule.from_dict(read_json(path), where=str(path))
+    return schedule_from_doc(read_json(path), path, check)
+
+
+def schedule_from_doc(doc: Any, path: str | Path, check: bool = True) -> Schedule:
+    """A synth.schedule v1 document already read from ``path``; verified as ``load_schedule`` does."""
+    schedule = Schedule.from_dict(doc, where=str(path))
     if check:
         from synth.verify import verify
 

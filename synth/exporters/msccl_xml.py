@@ -6,9 +6,9 @@ one line, double quotes, plain decimal integers. Every ``<algo>`` attribute any 
 written for every profile, with the collective spelled the profile's way. ``maxBytes``: legacy
 reads it as an exclusive bound where 0 means "never", so a program without an upper bound gets a
 finite one there (``LEGACY_MAX_BYTES``; ``LEGACY_MAX_BYTES_SCRATCH`` when the program uses scratch,
-which legacy allocates from ``maxBytes`` at init); executor and RCCL read it inclusive with 0 =
-unbounded. A program the runtime would refuse, misread or hang on is refused with one InputError
-line instead (section 15).
+which legacy allocates from ``maxBytes`` at init; ``minBytes + 1`` when that is larger); executor
+and RCCL read it inclusive with 0 = unbounded. A program the runtime would refuse, misread or hang
+on is refused with one InputError line instead (section 15).
 
 >>> from synth.program.ir import Op, Program, RankProgram, Threadblock
 >>> gpu = lambda r: RankProgram(r, 1, 2, 0, (Threadblock(0, 1 - r, 1 - r, 0, (
@@ -70,7 +70,8 @@ def _max_bytes(program: Program, profile: Profile) -> int:
         if program.max_bytes is not None:
             return program.max_bytes + 1
         scratch = any(g.scratch_chunks for g in program.gpus)
-        return LEGACY_MAX_BYTES_SCRATCH if scratch else LEGACY_MAX_BYTES
+        # above minBytes even when the range starts beyond the default bound (legacy reads 64 bits)
+        return max(LEGACY_MAX_BYTES_SCRATCH if scratch else LEGACY_MAX_BYTES, program.min_bytes + 1)
     return 0 if program.max_bytes is None else program.max_bytes
 
 

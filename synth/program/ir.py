@@ -37,6 +37,20 @@ REDUCING = frozenset({"rrs", "rrc", "rrcs", "re"})
 READS_SRC = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})  # local source location used
 WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})  # local destination written
 PROTOCOLS = ("Simple", "LL", "LL128")
+PROTOCOL_NAMES = ("simple", "ll128", "ll")  # the cost model's names (synth.cost)
+
+
+def msccl_protocol(name: object) -> str | None:
+    """MSCCL's spelling of a protocol named either way, any case (``ll128`` -> ``LL128``); None if unknown.
+
+    >>> msccl_protocol("ll128"), msccl_protocol("SIMPLE"), msccl_protocol("ideal")
+    ('LL128', 'Simple', None)
+    """
+    if not isinstance(name, str):
+        return None
+    return next((p for p in PROTOCOLS if p.lower() == name.lower()), None)
+
+
 OP_NAMES = {
     "s": "send", "r": "recv", "rcs": "recv-copy-send", "rrs": "recv-reduce-send",
     "rrc": "recv-reduce-copy", "rrcs": "recv-reduce-copy-send", "cpy": "copy", "re": "reduce",

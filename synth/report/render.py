@@ -7,9 +7,9 @@ import io
 from typing import Any
 
 from synth.cost import format_size
+from synth.exporters.selection import SELECTION_FORMAT
 from synth.report.evaluate import TABLE_SIZES, Evaluation, Shortfall, Winner
 
-SELECTION_FORMAT = "synth.selection"
 
 
 def _us(x: float) -> str:

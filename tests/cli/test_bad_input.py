@@ -46,6 +46,10 @@ def _valid(kind: str) -> str:
     elif kind == "frontier":
         doc = {"topology": "ring4", "collective": "allgather", "complete": True, "bounds": {"steps": 2},
                "points": [], "attempts": []}
+    elif kind == "selection":
+        doc = {"format": "synth.selection", "version": 1, "topology": "ring4", "collective": "allgather",
+               "ranges": [{"min_bytes": 0, "max_bytes": None, "schedule": "schedules/ring.schedule.json",
+                           "label": "ring", "protocol": "simple"}]}
     else:
         raise ValueError(kind)
     return json.dumps(doc)
@@ -72,6 +76,8 @@ def _with_number(kind: str, literal: str) -> str:
         doc["min_bytes"] = marker
     elif kind == "frontier":
         doc["bounds"]["steps"] = marker
+    elif kind == "selection":
+        doc["ranges"][0]["min_bytes"] = marker
     return json.dumps(doc).replace(json.dumps(marker), literal)
 
 
@@ -90,7 +96,7 @@ def _with_big_int(kind: str) -> str:
 
 def _billion_ranks(kind: str, links: bool) -> str | None:
     """A billion ranks (or chunks, or pieces per rank) that must be refused before anything is built."""
-    if kind in ("xml", "frontier") or (kind == "sketch" and not links):
+    if kind in ("xml", "frontier", "selection") or (kind == "sketch" and not links):
         return None
     doc = _doc(kind)
     if kind == "sketch":
@@ -199,6 +205,8 @@ COMMANDS = {
     "sketch check": ("sketch", ".json", lambda f, o: ["sketch", "check", f, "dgx1"]),
     "export": ("schedule", ".json",
                lambda f, o: ["export", f, "--format", "msccl-xml", "-o", f"{o}/out.xml"]),
+    "export selection": ("selection", ".json",
+                         lambda f, o: ["export", f, "--format", "msccl-xml", "-o", f"{o}/algos"]),
     "check xml": ("xml", ".xml", lambda f, o: ["check", f]),
     "check json": ("program", ".json", lambda f, o: ["check", f]),
     "report frontier": ("frontier", "", lambda f, o: ["report", "ring:4", "allgather", "--from", f,
