@@ -25,6 +25,8 @@ from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
 SMT_RANKS = 16
+PIPELINED_CHUNKS = (64, 384)  # greedy pipelined extras on one machine: many pieces amortise alpha
+PIPELINED_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
 ROUTER_SIZES = (1 << 16, 1 << 20, 1 << 30)  # latency-bound (chunk_up 1), middle, bandwidth-bound
 BIG_FILE_RANKS = 32  # schedules of topologies this big are stored gzip-compressed
 
@@ -33,8 +35,8 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Candidate:
-    """A schedule in the report: ``kind`` is smt, milp or file (synthesized), nccl (what NCCL
-    runs) or baseline (classic algorithms)."""
+    """A schedule in the report: ``kind`` is smt, milp, greedy or file (synthesized), nccl (what
+    NCCL runs) or baseline (classic algorithms)."""
 
     label: str
     kind: str
@@ -59,6 +61,28 @@ def synthesized(topology: Topology, collective: str, time_limit: float, say: Say
     if topology.machine_count == 1 and topology.ranks <= SMT_RANKS:
         return _smt(topology, collective, time_limit, say)
     return _milp(topology, collective, time_limit, say)
+
+
+def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Candidate]:
+    """Greedy pipelined schedules with many chunks on one machine. The SMT frontier stops at a
+    few chunks and steps; at large sizes pipelining many pieces wins in the step model (a
+    broadcast pays alpha once per step, not per piece). The report keeps an extra only where it
+    is the fastest synthesized schedule at some size (``runner.prune_extras``)."""
+    from time import perf_counter
+
+    from synth.greedy.pipeline import pipelined
+
+    if topology.machine_count > 1 or collective not in PIPELINED_COLLECTIVES:
+        return []
+    out = []
+    for chunks in PIPELINED_CHUNKS:
+        started = perf_counter()
+        schedule = pipelined(topology, collective, chunks)
+        seconds = perf_counter() - started
+        say(f"{topology.name} {collective} greedy (C={chunks}): {len(schedule.steps)} steps, {seconds:.2f} s")
+        out.append(Candidate(f"greedy C={chunks}", "greedy", schedule, _file(collective, topology, f"greedy-c{chunks}"),
+                             seconds, len(schedule.steps), schedule.total_rounds, chunks))
+    return out
 
 
 def _smt(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:

@@ -46,13 +46,14 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
         (folder / "schedules").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
+    found += cand.pipelined_extras(topo, collective, say)
     nccl = cand.nccl_candidates(topo, collective, grid)
     candidates = found + nccl + cand.baselines(topo, collective)
     say(f"{topo.name} {collective}: {len(found)} synthesized, {len(nccl)} NCCL, "
         f"{len(candidates) - len(found) - len(nccl)} classic baselines; evaluating over {len(grid)} sizes")
-    for c in candidates:
-        save_schedule(folder / "schedules" / c.file_name, c.schedule)
-    evaluations = evaluate(topo, candidates, grid)
+    evaluations = prune_extras(evaluate(topo, candidates, grid))
+    for e in evaluations:
+        save_schedule(folder / "schedules" / e.candidate.file_name, e.candidate.schedule)
     picks = winners(evaluations, grid)
     short = shortfalls(evaluations, grid)
     b = lower_bounds(topo, make_collective(collective, topo.ranks))
@@ -66,6 +67,15 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     write_text_atomic(folder / "selection.json", dumps(selection_doc(topo.name, collective, picks)))
     plot(evaluations, bound, f"{collective} on {topo.name} ({topo.ranks} GPUs)", folder)
     return doc
+
+
+def prune_extras(evaluations: list) -> list:
+    """Drop greedy extras that are never the fastest synthesized schedule on the grid."""
+    ours = [e for e in evaluations if e.candidate.synthesized]
+    if not ours:
+        return evaluations
+    winners = {id(min(ours, key=lambda e: (e.time_at(i), e.candidate.label))) for i in range(len(ours[0].rows))}
+    return [e for e in evaluations if e.candidate.kind != "greedy" or id(e) in winners]
 
 
 def report_all(root: str | Path = "results", force: bool = False, time_limit: float = 120.0,

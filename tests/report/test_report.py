@@ -122,3 +122,11 @@ def test_report_all_resumes_and_indexes(tmp_path, monkeypatch):
     assert len(calls) == 2
     runner.report_all(tmp_path, force=True, time_limit=30)
     assert len(calls) == 4
+
+
+def test_greedy_extras_are_kept_only_where_they_win(full4_report):
+    _, doc = full4_report
+    ours = [e for e in doc["schedules"] if e["kind"] not in ("baseline", "nccl")]
+    for entry in (e for e in ours if e["kind"] == "greedy"):
+        assert any(entry["rows"][i]["step_time_us"] == min(e["rows"][i]["step_time_us"] for e in ours)
+                   for i in range(len(doc["sizes"])))
