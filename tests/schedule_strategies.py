@@ -13,7 +13,7 @@ from dataclasses import replace
 from hypothesis import strategies as st
 
 from synth.core import collectives as colls
-from synth.baselines.common import rounds_needed
+from synth.core.schedule import rounds_needed
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import LINK_KINDS, Group, Link, Topology
 

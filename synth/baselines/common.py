@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from synth.core.collective import Collective
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.core.topology import Topology
 
 
@@ -166,26 +166,6 @@ def phases_to_steps(
     for phase in phases:
         steps.extend(route_phase(topology, phase, state))
     return steps
-
-
-def rounds_needed(topology: Topology, sends: Sequence[Send]) -> int | None:
-    """Fewest rounds for which the sends fit every link and group capacity (None: no rounds)."""
-    if not topology.rounds_apply:
-        return None
-    per_link = Counter((s.src, s.dst) for s in sends)
-    need = 1
-    for key, count in per_link.items():
-        capacity = topology.link_capacity(topology.link(*key))
-        need = max(need, -(-count // capacity))
-    per_group: Counter = Counter()
-    for key, count in per_link.items():
-        for group in topology.groups_of_link.get(key, ()):
-            per_group[group.name] += count
-    for group in topology.groups:
-        count = per_group.get(group.name, 0)
-        if count:
-            need = max(need, -(-count // topology.group_capacity(group)))
-    return need
 
 
 def finish(

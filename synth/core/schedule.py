@@ -11,8 +11,9 @@ its end; ``copy`` overwrites the destination's copy, ``reduce`` adds the sender'
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from synth.core.collective import Collective
 from synth.core.errors import ScheduleFormatError
@@ -163,3 +164,23 @@ class SolveResult:
     schedule: Schedule | None = None
     seconds: float = 0.0
     message: str = ""
+
+
+def rounds_needed(topology: Topology, sends: Sequence[Send]) -> int | None:
+    """Fewest rounds for which the sends fit every link and group capacity (None: no rounds)."""
+    if not topology.rounds_apply:
+        return None
+    per_link = Counter((s.src, s.dst) for s in sends)
+    need = 1
+    for key, count in per_link.items():
+        capacity = topology.link_capacity(topology.link(*key))
+        need = max(need, -(-count // capacity))
+    per_group: Counter = Counter()
+    for key, count in per_link.items():
+        for group in topology.groups_of_link.get(key, ()):
+            per_group[group.name] += count
+    for group in topology.groups:
+        count = per_group.get(group.name, 0)
+        if count:
+            need = max(need, -(-count // topology.group_capacity(group)))
+    return need

@@ -36,6 +36,7 @@ from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.exact import best_exact
 from synth.milp.routing import RoutePlan, route
+from synth.milp.hoist import hoist_sends
 from synth.milp.timing import merge_steps
 from synth.core.schedule import Schedule
 from synth.milp.sketch import Sketch
@@ -172,6 +173,9 @@ def _forward(topology, coll, sketch, options, say, clock, label) -> tuple[Schedu
         clock.ordering += time.perf_counter() - started
         started = time.perf_counter()
         merged = merge_steps(schedule, sketch.size)
+        hoisted = hoist_sends(merged, sketch.size)
+        if hoisted is not merged:  # sends moved earlier: steps may merge further
+            merged = merge_steps(hoisted, sketch.size).with_meta(hoisted=hoisted.meta["hoisted"])
         clock.timing += time.perf_counter() - started
         took = step_time_us(merged, sketch.size)
         tried.append(f"block {block}: {len(schedule.steps)} rounds -> {len(merged.steps)} steps, {took:.1f} us")

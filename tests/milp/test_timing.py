@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synth.baselines.common import rounds_needed
+from synth.core.schedule import rounds_needed
 from synth.core.collective import Collective
 from synth.core.collectives import allgather, broadcast, reduce
 from synth.cost import simulate_us, step_time_us, step_times_us

@@ -1,0 +1,114 @@
+"""Hoisting stage of the MILP router: move alpha-critical sends into earlier steps.
+
+The ordering fills rounds and the timing stage merges consecutive ones, but a step that
+carries a single slow-alpha send (a NIC crossing) still pays that alpha. When the data was
+available earlier, moving every send of a step that rides its slowest-alpha links into earlier
+steps (each to the earliest step where its sender already holds the chunk and nothing else
+writes the destination there) can drop that alpha from the step at a small cost in bandwidth
+elsewhere. A move is kept only when the whole schedule gets faster at the size in the step
+model; rounds are recounted for the steps that change; the result is verified.
+
+Only non-combining schedules are hoisted (a copy moved earlier still carries the same value);
+the router hoists reductions through their dual, which is non-combining.
+
+>>> from synth.core.collectives import broadcast
+>>> from synth.core.topology import Link, Topology
+>>> fork = Topology("fork", 3, (Link(0, 1, 25.0, 0.5), Link(0, 2, 25.0, 3.0)))
+>>> two = Schedule(fork, broadcast(3, 0, 2), (Step((Send(0, 0, 1), Send(0, 0, 2))),
+...                                           Step((Send(1, 0, 1), Send(1, 0, 2)))))
+>>> hoisted = hoist_sends(two, 1024)  # the slow 0->2 send of chunk 1 joins step 0
+>>> [[(s.chunk, s.dst) for s in step.sends] for step in hoisted.steps]
+[[(0, 1), (0, 2), (1, 2)], [(1, 1)]]
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from synth.core.errors import InvalidScheduleError
+from synth.core.schedule import Schedule, Send, Step, rounds_needed
+from synth.cost import step_loads
+from synth.verify import verify
+
+_TOL = 1e-9
+
+
+def hoist_sends(schedule: Schedule, size: float) -> Schedule:
+    """``schedule`` with alpha-critical sends moved earlier where that is faster at ``size``."""
+    if schedule.collective.combining or len(schedule.steps) < 2:
+        return schedule
+    steps = [list(step.sends) for step in schedule.steps]
+    best = _time(schedule, steps, size)
+    moved = 0
+    for k in range(1, len(steps)):
+        for group in _critical_groups(schedule, steps[k]):
+            trial = _moved(schedule, steps, k, group)
+            if trial is None:
+                continue
+            took = _time(schedule, trial, size)
+            if took < best - _TOL * max(1.0, best):
+                steps, best, moved = trial, took, moved + len(group)
+    if not moved:
+        return schedule
+    out = _rebuild(schedule, steps).with_meta(hoisted=moved)
+    problems = verify(out)
+    if problems:
+        raise InvalidScheduleError(f"hoisting broke the schedule: {problems[0]}")
+    return out
+
+
+def _time(schedule: Schedule, steps: list[list[Send]], size: float) -> float:
+    return step_loads(Schedule(schedule.topology, schedule.collective,
+                               tuple(Step(tuple(s), None) for s in steps if s))).time_us(size, "ideal")
+
+
+def _critical_groups(schedule: Schedule, sends: list[Send]) -> list[list[Send]]:
+    """The step's sends on its slowest-alpha links, then those on its two slowest alphas."""
+    link = schedule.topology.link
+    alphas = sorted({link(s.src, s.dst).alpha for s in sends}, reverse=True)
+    groups = []
+    for cut in alphas[:2]:
+        group = [s for s in sends if link(s.src, s.dst).alpha >= cut]
+        if len(group) < len(sends):
+            groups.append(group)
+    return groups
+
+
+def _available(schedule: Schedule, steps: list[list[Send]]) -> tuple[dict, dict]:
+    """(first step at whose start (rank, chunk) is held, steps in which (rank, chunk) is written)."""
+    held: dict[tuple[int, int], int] = {}
+    for chunk, ranks in enumerate(schedule.collective.pre):
+        for rank in ranks:
+            held[(rank, chunk)] = 0
+    written: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for index, sends in enumerate(steps):
+        for s in sends:
+            written[(s.dst, s.chunk)].append(index)
+            held.setdefault((s.dst, s.chunk), index + 1)
+    return held, written
+
+
+def _moved(schedule: Schedule, steps: list[list[Send]], k: int, group: list[Send]) -> list[list[Send]] | None:
+    """The steps with every send of ``group`` (all in step k) moved to its earliest legal step
+    before k, or None when some send cannot move."""
+    held, written = _available(schedule, steps)
+    trial = [list(sends) for sends in steps]
+    taken = set(map(id, group))
+    trial[k] = [s for s in trial[k] if id(s) not in taken]
+    for send in group:
+        start = held.get((send.src, send.chunk))
+        if start is None or start >= k:
+            return None
+        if any(w != k for w in written[(send.dst, send.chunk)]):
+            return None  # the destination is written elsewhere too: moving could reorder writes
+        if held.get((send.dst, send.chunk), k + 1) < k + 1:
+            return None
+        trial[start].append(send)
+    return trial
+
+
+def _rebuild(schedule: Schedule, steps: list[list[Send]]) -> Schedule:
+    topo = schedule.topology
+    rebuilt = tuple(Step(tuple(sorted(s, key=lambda x: (x.chunk, x.src, x.dst, x.op))), rounds_needed(topo, s))
+                    for s in steps if s)
+    return Schedule(topo, schedule.collective, rebuilt, schedule.meta)
