@@ -6,7 +6,9 @@ available earlier, moving every send of a step that rides its slowest-alpha link
 steps (each to the earliest step where its sender already holds the chunk and nothing else
 writes the destination there) can drop that alpha from the step at a small cost in bandwidth
 elsewhere. A move is kept only when the whole schedule gets faster at the size in the step
-model; rounds are recounted for the steps that change; the result is verified.
+model at its best protocol (what a runtime would run: LL halves bandwidth, Simple multiplies
+alphas, so a move that pays in the protocol-free model can lose under both); rounds are
+recounted for the steps that change; the result is verified.
 
 Only non-combining schedules are hoisted (a copy moved earlier still carries the same value);
 the router hoists reductions through their dual, which is non-combining.
@@ -58,8 +60,9 @@ def hoist_sends(schedule: Schedule, size: float) -> Schedule:
 
 
 def _time(schedule: Schedule, steps: list[list[Send]], size: float) -> float:
+    """Step-model time at ``size`` under the fastest runtime protocol there."""
     return step_loads(Schedule(schedule.topology, schedule.collective,
-                               tuple(Step(tuple(s), None) for s in steps if s))).time_us(size, "ideal")
+                               tuple(Step(tuple(s), None) for s in steps if s))).best(size)[1]
 
 
 def _critical_groups(schedule: Schedule, sends: list[Send]) -> list[list[Send]]:
