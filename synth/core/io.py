@@ -34,23 +34,29 @@ MAX_DEPTH = 64  # nesting a document may have; synth's own formats need about 6
 MAX_INT_DIGITS = 19  # integers must fit 64 bits (unsigned); longer ones are refused
 
 
-def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; any failure is one InputError line naming the file."""
-    path = Path(path)
+def read_bytes(path: str | Path) -> bytes:
+    """A file's bytes; a missing file, a folder or an unreadable file is one InputError line."""
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                text = handle.read()
-        else:
-            text = path.read_text(encoding="utf-8")
-    except (gzip.BadGzipFile, EOFError, zlib.error):
-        raise InputError(f"{path}: not a gzip file (the name ends in .gz)") from None
+        return Path(path).read_bytes()
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, not a file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file (gzip-compressed when the name ends in .gz); any failure is one
+    InputError line naming the file."""
+    path = Path(path)
+    data = read_bytes(path)
+    try:
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        text = data.decode("utf-8")
+    except (gzip.BadGzipFile, EOFError, zlib.error):
+        raise InputError(f"{path}: not a gzip file (the name ends in .gz)") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
     return parse_json(text, str(path))

@@ -41,15 +41,17 @@ def hoist_sends(schedule: Schedule, size: float) -> Schedule:
         return schedule
     steps = [list(step.sends) for step in schedule.steps]
     best = _time(schedule, steps, size)
+    state = _available(schedule, steps)  # recounted only when a move is kept
     moved = 0
     for k in range(1, len(steps)):
         for group in _critical_groups(schedule, steps[k]):
-            trial = _moved(schedule, steps, k, group)
+            trial = _moved(steps, state, k, group)
             if trial is None:
                 continue
             took = _time(schedule, trial, size)
             if took < best - _TOL * max(1.0, best):
                 steps, best, moved = trial, took, moved + len(group)
+                state = _available(schedule, steps)
     if not moved:
         return schedule
     out = _rebuild(schedule, steps).with_meta(hoisted=moved)
@@ -91,10 +93,10 @@ def _available(schedule: Schedule, steps: list[list[Send]]) -> tuple[dict, dict]
     return held, written
 
 
-def _moved(schedule: Schedule, steps: list[list[Send]], k: int, group: list[Send]) -> list[list[Send]] | None:
+def _moved(steps: list[list[Send]], state: tuple[dict, dict], k: int, group: list[Send]) -> list[list[Send]] | None:
     """The steps with every send of ``group`` (all in step k) moved to its earliest legal step
-    before k, or None when some send cannot move."""
-    held, written = _available(schedule, steps)
+    before k, or None when some send cannot move; ``state`` is ``_available`` of ``steps``."""
+    held, written = state
     trial = [list(sends) for sends in steps]
     taken = set(map(id, group))
     trial[k] = [s for s in trial[k] if id(s) not in taken]
@@ -102,7 +104,7 @@ def _moved(schedule: Schedule, steps: list[list[Send]], k: int, group: list[Send
         start = held.get((send.src, send.chunk))
         if start is None or start >= k:
             return None
-        if any(w != k for w in written[(send.dst, send.chunk)]):
+        if any(w != k for w in written.get((send.dst, send.chunk), ())):
             return None  # the destination is written elsewhere too: moving could reorder writes
         if held.get((send.dst, send.chunk), k + 1) < k + 1:
             return None

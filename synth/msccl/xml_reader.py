@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from synth.core.errors import InputError
+from synth.core.io import read_bytes
 from synth.msccl.xml_tokens import Lexical, Element, element_tree
 from synth.program.ir import Op, Program, RankProgram, Threadblock
 
@@ -234,12 +234,4 @@ def _empty_program() -> Program:
 
 def read_xml_file(path: str | Path) -> ParsedXml:
     """Read an MSCCL XML file; InputError (exit 2) only when it cannot be read at all."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return read_xml(data.decode("latin-1"))
+    return read_xml(read_bytes(path).decode("latin-1"))
