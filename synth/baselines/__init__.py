@@ -33,6 +33,9 @@ class Baseline:
     build: Callable[..., Schedule]
     description: str
     sized: bool = False  # build also takes size= (bytes): its choices depend on the message size
+    # choices(topology, collective, root, sizes) -> {size: chunks build would pick}, or None where
+    # the size changes nothing; lets a caller build each distinct variant once for a size grid
+    choices: Callable[..., dict | None] | None = None
 
     def make(self, topology: Topology, collective: str, root: int | None = None, chunks: int | None = None,
              size: float | None = None) -> Schedule:

@@ -96,25 +96,46 @@ def _reduce_scatter(topology: Topology, rings: tuple[tuple[int, ...], ...]) -> t
 
 
 # ---------------------------------------------------------------------------- broadcast / reduce
-def _rooted(topology: Topology, name: str, root: int | None, chunks: int | None, size: float | None) -> Schedule:
+def _check_root(topology: Topology, root: int | None) -> int:
     root = 0 if root is None else root
     if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < topology.ranks:
         raise BaselineNotApplicable(f"root must be a rank of 0..{topology.ranks - 1}, got {root!r}")
+    return root
+
+
+def _rooted(topology: Topology, name: str, root: int | None, chunks: int | None, size: float | None) -> Schedule:
+    root = _check_root(topology, root)
     plan = plan_channels(topology)
     if chunks is not None:
         return _rooted_with(topology, name, root, plan, chunks_per_rank(chunks), "given")
-    from synth.cost import best_protocol
-
     at = DEFAULT_SIZE if size is None else size
-    best: tuple[float, Schedule] | None = None
+    pieces = _pieces_at(topology, name, root, plan, [at])[at]
+    return _rooted_with(topology, name, root, plan, pieces, f"fastest at {at:.0f} bytes")
+
+
+def choices(topology: Topology, collective_name: str, root: int | None, sizes) -> dict | None:
+    """The piece count ``build`` picks at each size (broadcast and reduce), None where the size
+    changes nothing (allgather, reduce_scatter, allreduce)."""
+    if collective_name not in ("broadcast", "reduce"):
+        return None
+    return _pieces_at(topology, collective_name, _check_root(topology, root), plan_channels(topology), sizes)
+
+
+def _pieces_at(topology: Topology, name: str, root: int, plan: ChannelPlan, sizes) -> dict:
+    """For each size, the piece count fastest at its best protocol (ties: fewer). Each candidate
+    is costed once, unverified: a reduce costs what the broadcast on the reversed topology costs
+    (the dual puts the same loads on the same links)."""
+    from synth.cost import step_loads
+
+    topo = topology if name == "broadcast" else topology.reversed()
+    rings = plan.rings if name == "broadcast" else tuple(_reversed(r) for r in plan.rings)
+    loads = {}
     for pieces in PIECES:
-        if best is not None and len(plan.rings) * pieces * topology.ranks > MAX_SENDS:
+        if loads and len(rings) * pieces * topology.ranks > MAX_SENDS:
             break
-        schedule = _rooted_with(topology, name, root, plan, pieces, f"fastest at {at:.0f} bytes")
-        took = best_protocol(schedule, at)[1]
-        if best is None or took < best[0]:
-            best = (took, schedule)
-    return best[1]
+        coll, steps = _broadcast(topo, rings, root, pieces)
+        loads[pieces] = step_loads(Schedule(topo, coll, bare_steps(steps)))
+    return {size: min(loads, key=lambda c: (loads[c].best(size)[1], c)) for size in sizes}
 
 
 def _rooted_with(topology: Topology, name: str, root: int, plan: ChannelPlan, pieces: int, why: str) -> Schedule:
@@ -151,6 +172,7 @@ NCCL_RING = Baseline(
     build=build,
     description="NCCL's channelized rings: rings covering every link unit / NIC rail, data split over them",
     sized=True,
+    choices=choices,
 )
 
 BASELINES: tuple[Baseline, ...] = (NCCL_RING,)

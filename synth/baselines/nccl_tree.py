@@ -293,15 +293,18 @@ def choose_pieces(topology: Topology, templates: Sequence[Steps], size: float) -
     return min(times, key=lambda c: (times[c], c)), times
 
 
-def pieces_by_size(topology: Topology, sizes: Sequence[float]) -> dict[float, int]:
+def choices(topology: Topology, collective_name: str, root: int | None, sizes: Sequence[float]) -> dict[float, int]:
     """For every size, the piece count ``build`` would choose there (cheap: no schedule is built).
 
     >>> from synth.core.library import resolve_topology
-    >>> picks = pieces_by_size(resolve_topology("h100x4"), [1024, 1 << 30])
+    >>> picks = choices(resolve_topology("h100x4"), "allreduce", None, [1024, 1 << 30])
     >>> picks[1024] < picks[1 << 30]
     True
     """
     from synth.cost import step_loads
+
+    if collective_name != "allreduce":
+        raise BaselineNotApplicable(f"nccl_tree builds allreduce only, not {collective_name}")
 
     layout = plan(topology)
     reverse = topology.reversed()
@@ -372,6 +375,7 @@ NCCL_TREE = Baseline(
     build=build,
     description="NCCL's Tree: double binary tree across machines, chains inside, pipelined (fastest pieces at the size)",
     sized=True,
+    choices=choices,
 )
 
 BASELINES: tuple[Baseline, ...] = (NCCL_TREE,)

@@ -155,19 +155,12 @@ def nccl_candidates(topology: Topology, collective: str, sizes: list[int]) -> li
 
 
 def _variants(entry, topology: Topology, collective: str, sizes: list[int]) -> list[tuple[str, Schedule]]:
-    """(label, schedule) per distinct variant of a (possibly sized) NCCL algorithm over ``sizes``."""
-    if entry.name == "nccl_tree":
-        from synth.baselines.nccl_tree import pieces_by_size
-
-        chosen = sorted(set(pieces_by_size(topology, sizes).values()))
-        return [(f"nccl_tree C={c}", entry.make(topology, collective, None, c)) for c in chosen]
-    if not entry.sized or collective not in ("broadcast", "reduce"):
+    """(label, schedule) per distinct variant of a (possibly sized) NCCL algorithm over ``sizes``,
+    each built once with the chunking its ``choices`` picks somewhere on the grid."""
+    picks = entry.choices(topology, collective, None, sizes) if entry.choices else None
+    if not picks:
         return [(entry.name, entry.make(topology, collective))]
-    found: dict[int, Schedule] = {}
-    for size in sizes:
-        schedule = entry.make(topology, collective, None, None, size)
-        found.setdefault(schedule.meta["pieces"], schedule)
-    return [(f"{entry.name} P={pieces}", schedule) for pieces, schedule in sorted(found.items())]
+    return [(f"{entry.name} C={c}", entry.make(topology, collective, None, c)) for c in sorted(set(picks.values()))]
 
 
 def from_frontier_dir(folder: str | Path, topology: Topology, collective: str) -> list[Candidate]:
