@@ -12,7 +12,7 @@ the aggregated blocks; with unbounded buffers, as modelled here, there are ceil(
 Reduce-scatter is the dual: the allgather on the reversed topology, run backwards as reductions.
 NCCL enables PAT only with one GPU per node, and so does this builder.
 
->>> edges = pat_edges(5)
+>>> edges = binomial_phases(5)  # the tree every block follows: offsets owner - s
 >>> edges
 [[(0, 4)], [(0, 2)], [(0, 1), (2, 3)]]
 >>> sorted({0} | {b for step in edges for _, b in step})
@@ -24,6 +24,7 @@ from __future__ import annotations
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, holders, phases_to_steps
 from synth.baselines.ring import chunks_per_rank, dual_steps
+from synth.baselines.trees import binomial_phases
 from synth.core import collectives
 from synth.core.collective import Collective
 from synth.core.errors import InputError
@@ -31,21 +32,6 @@ from synth.core.schedule import Schedule, Send
 from synth.core.topology import Topology
 
 Steps = list[list[Send]]
-
-
-def pat_edges(n: int) -> list[list[tuple[int, int]]]:
-    """Per step, the (from, to) offsets of the tree every block follows; offset s is rank owner - s.
-
-    Step for distance 2^d: offsets that are multiples of 2^(d+1) pass the block 2^d further.
-
-    >>> pat_edges(4)
-    [[(0, 2)], [(0, 1), (2, 3)]]
-    """
-    dims = (n - 1).bit_length()
-    return [
-        [(p, p + (1 << d)) for p in range(0, n, 1 << (d + 1)) if p + (1 << d) < n]
-        for d in range(dims - 1, -1, -1)
-    ]
 
 
 def pat_phases(n: int, per_rank: int) -> list[list[Transfer]]:
@@ -59,7 +45,7 @@ def pat_phases(n: int, per_rank: int) -> list[list[Transfer]]:
             Transfer(owner * per_rank + i, (owner - a) % n, (owner - b) % n)
             for owner in range(n) for a, b in edges for i in range(per_rank)
         ]
-        for edges in pat_edges(n)
+        for edges in binomial_phases(n)
     ]
 
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import synth.baselines
 from synth.baselines import BaselineNotApplicable
-from synth.baselines.nccl_pat import BASELINES, build, pat_edges, pat_phases
+from synth.baselines.nccl_pat import BASELINES, build, pat_phases
+from synth.baselines.trees import binomial_phases
 from synth.cli.main import main
 from synth.core.compose import compose
 from synth.core.errors import InputError
@@ -36,7 +37,7 @@ def mesh_of_machines(k: int, missing: tuple[tuple[int, int], ...] = ()) -> Topol
 @settings(max_examples=40, deadline=None)
 @given(st.integers(min_value=2, max_value=40))
 def test_every_block_reaches_every_offset_once_far_hops_first(n):
-    edges = pat_edges(n)
+    edges = binomial_phases(n)
     assert len(edges) == (n - 1).bit_length()
     reached = Counter(b for step in edges for _, b in step)
     assert sorted(reached) == list(range(1, n)) and set(reached.values()) == {1}
