@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     from synth.cli.export import add_export_parser
     from synth.cli.model import add_model_parsers
     from synth.cli.report import add_report_parser
+    from synth.cli.run import add_run_parser
     from synth.cli.sketch import add_sketch_parser
     from synth.cli.synthesis import add_synthesis_parsers
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
     add_export_parser(sub)
     add_check_parser(sub)
+    add_run_parser(sub)
     return parser
 
 

@@ -37,6 +37,15 @@ _BUSBW = {
 }
 
 
+def busbw_factor(name: str, ranks: int) -> float:
+    """nccl-tests busbw factor of collective ``name`` on ``ranks`` ranks (1.0 where it names none).
+
+    >>> busbw_factor("allreduce", 8), busbw_factor("broadcast", 8)
+    (1.75, 1.0)
+    """
+    return _BUSBW.get(name, lambda n: 1.0)(ranks)
+
+
 @dataclass(frozen=True)
 class Collective:
     """What a collective must achieve; validated on construction."""
@@ -88,7 +97,7 @@ class Collective:
     @property
     def busbw_factor(self) -> float:
         """nccl-tests busbw factor (1.0 for collectives nccl-tests does not name)."""
-        return _BUSBW.get(self.name, lambda n: 1.0)(self.ranks)
+        return busbw_factor(self.name, self.ranks)
 
     def unreachable(self, topology) -> list[tuple[int, int]]:
         """(chunk, rank) pairs whose postcondition no path in the topology can satisfy."""

@@ -1,0 +1,242 @@
+"""What ``synth run`` executes: a Program plus what it means to the caller (no torch here).
+
+A ``Runnable`` is a lowered or imported Program together with the facts a runtime needs to feed it
+and to judge it: the collective it computes (synth's names), the root of a rooted collective, the
+per-pair chunk counts of an alltoallv, whether it runs in place, how many chunks make up the
+nccl-tests size S, and how the caller's packed input/output tensors map onto the Program's buffers
+(``Binding``). ``load_runnable`` reads any of the three files people hand us:
+
+- a ``synth.schedule`` (verified on load, then lowered with synth.lower; an alltoallv schedule is
+  lowered with the custom buffer layout: chunk c at offset c of the input and the output);
+- a ``synth.program`` JSON file (synth.exporters.program_json);
+- an MSCCL XML file, ours or anyone's (synth.msccl.xml_reader, read as the runtimes read it).
+
+``precheck`` replays the Program with our own checker (synth.program.replay) before anything runs.
+
+>>> r = runnable_from_schedule(_ring4(), "ring4")  # the bidirectional ring: 2 chunks per rank
+>>> r.collective, r.ranks, r.size_chunks, r.binding.input_chunks(0), r.binding.output_chunks(0)
+('allgather', 4, 8, (0, 1), (0, 1, 2, 3, 4, 5, 6, 7))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from synth.core.errors import InputError
+from synth.core.schedule import Schedule
+from synth.program.buffers import Layout
+from synth.program.ir import Program
+
+RUNNABLE = ("allgather", "reduce_scatter", "allreduce", "alltoall", "alltoallv", "broadcast", "reduce",
+            "gather", "scatter")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Where the caller's packed tensors live in the Program's buffers, per rank: the chunk offsets
+    of the input view (``i``) that make up the caller's input, in order, and those of the output view
+    (``o``) that make up its output. ``None`` = the whole view in order (zero-copy).
+    ``splits``: for alltoallv, ``splits[s][d]`` chunks go from s to d."""
+
+    inputs: tuple[tuple[int, ...], ...] | None = None
+    outputs: tuple[tuple[int, ...], ...] | None = None
+    view_sizes: tuple[tuple[int, int], ...] = ()  # per rank: (input view chunks, output view chunks)
+    splits: tuple[tuple[int, ...], ...] | None = None
+
+    def input_chunks(self, rank: int) -> tuple[int, ...]:
+        return self.inputs[rank] if self.inputs is not None else tuple(range(self.view_sizes[rank][0]))
+
+    def output_chunks(self, rank: int) -> tuple[int, ...]:
+        return self.outputs[rank] if self.outputs is not None else tuple(range(self.view_sizes[rank][1]))
+
+    @property
+    def identity(self) -> bool:
+        return self.inputs is None and self.outputs is None
+
+
+@dataclass(frozen=True)
+class Runnable:
+    """A Program and what it computes. ``size_chunks``: chunks in the nccl-tests size S (one chunk is
+    S / size_chunks bytes); ``inplace``: which of the Program's variants runs; ``source``: the file."""
+
+    program: Program
+    collective: str
+    ranks: int
+    root: int | None
+    inplace: bool
+    size_chunks: int
+    binding: Binding
+    source: str
+    kind: str  # "schedule", "program" or "msccl-xml"
+
+    def layout(self, rank: int) -> Layout:
+        """The real buffers of ``rank`` (sizes, in-place aliasing) as the replay lays them out."""
+        return Layout(self.program, rank, self.inplace)
+
+    def describe(self) -> str:
+        p = self.program
+        root = f", root {self.root}" if self.root is not None else ""
+        mode = "in place" if self.inplace else "out of place"
+        return (f"{self.collective}{root} on {self.ranks} ranks, {mode}; {p.chunks_per_loop} chunks per loop, "
+                f"{p.channels} channel(s), up to {p.threadblocks_per_rank} thread blocks per rank")
+
+
+# ---------------------------------------------------------------------- loading
+def load_runnable(path: str, inplace: bool | None = None, root: int | None = None) -> Runnable:
+    """The Runnable in ``path`` (a synth.schedule, synth.program JSON or MSCCL XML file); InputError
+    (one line naming the file) when it cannot be read or has nothing torch could compare it with."""
+    from synth.core.io import read_bytes, read_json
+
+    head = read_bytes(path)[:4096].lstrip()
+    if head[:1] in (b"{", b"["):
+        doc = read_json(path)
+        fmt = doc.get("format") if isinstance(doc, dict) else None
+        if fmt == "synth.schedule":
+            from synth.core.io import schedule_from_doc
+
+            return runnable_from_schedule(schedule_from_doc(doc, path), path, inplace, root)
+        if fmt == "synth.program":
+            from synth.exporters.program_json import program_from_dict
+
+            return runnable_from_program(program_from_dict(doc, where=str(path)), path, "program", inplace, root)
+        raise InputError(f"{path}: 'format' must be 'synth.schedule' or 'synth.program', got {fmt!r}")
+    from synth.cli.check import load as load_xml
+
+    program, _ = load_xml(path)
+    return runnable_from_program(program, path, "msccl-xml", inplace, root)
+
+
+def runnable_from_schedule(schedule: Schedule, source: str, inplace: bool | None = None,
+                           root: int | None = None) -> Runnable:
+    """Lower ``schedule`` (already verified) for the runtime: no MSCCL runtime limits, one channel per
+    link unit, as ``synth export`` does by default."""
+    from synth.lower.lowering import LoweringOptions, lower
+
+    coll = schedule.collective
+    if coll.name not in RUNNABLE:
+        raise InputError(f"{source}: a {coll.name!r} schedule has no torch.distributed collective to compare "
+                         f"with (runnable: {', '.join(RUNNABLE)})")
+    if root is not None and coll.root is not None and root != coll.root:
+        raise InputError(f"{source}: the schedule is rooted at rank {coll.root}, not {root}")
+    want_inplace = bool(inplace)
+    if coll.name == "alltoallv":
+        if want_inplace:
+            raise InputError(f"{source}: alltoallv runs out of place only (torch's all_to_all_single)")
+        program = lower(replace(schedule, collective=replace(coll, name="custom")), LoweringOptions(inplace=False))
+        program = replace(program, collective="alltoallv")
+        return _alltoallv_runnable(program, schedule, source)
+    program = lower(schedule, LoweringOptions(inplace=want_inplace))
+    rooted_at = coll.root if coll.root is not None else (min(coll.pre[0]) if coll.name in ("broadcast", "scatter")
+                                                          else min(coll.post[0]) if coll.name in ROOTED else None)
+    return _standard(program, source, "schedule", want_inplace, rooted_at)
+
+
+def runnable_from_program(program: Program, source: str, kind: str, inplace: bool | None = None,
+                          root: int | None = None) -> Runnable:
+    """A Program read from a file: its collective must be one torch has; the variant run is
+    out of place when the Program has it (unless ``inplace``); a rooted collective's root is
+    ``root`` or found from which rank's buffers the Program reads or writes."""
+    name = program.collective
+    if name not in RUNNABLE or name == "alltoallv":
+        raise InputError(f"{source}: collective {name!r} has no torch.distributed collective to compare with "
+                         f"(runnable: {', '.join(c for c in RUNNABLE if c != 'alltoallv')})")
+    if program.ranks < 1 or len(program.gpus) != program.ranks:
+        raise InputError(f"{source}: the program declares {program.ranks} ranks but describes {len(program.gpus)}")
+    if program.chunks_per_loop < 1:
+        raise InputError(f"{source}: nchunksperloop must be at least 1, got {program.chunks_per_loop}")
+    if name in ("allgather", "reduce_scatter", "alltoall") and program.chunks_per_loop % program.ranks:
+        raise InputError(f"{source}: {program.chunks_per_loop} chunks per loop do not split over "
+                         f"{program.ranks} ranks, which {name} needs")
+    if inplace is None:
+        use_inplace = program.inplace and not program.outofplace
+    else:
+        use_inplace = inplace
+        if inplace and not program.inplace or not inplace and not program.outofplace:
+            want = "in place" if inplace else "out of place"
+            raise InputError(f"{source}: the program does not run {want}")
+    if name in ROOTED:
+        found = _root_of(program, use_inplace)
+        if root is None:
+            if found is None:
+                raise InputError(f"{source}: cannot tell which rank is the {name} root; give --root")
+            root = found
+        elif not 0 <= root < program.ranks:
+            raise InputError(f"--root {root} out of range 0..{program.ranks - 1}")
+    elif root is not None:
+        raise InputError(f"--root applies to rooted collectives ({', '.join(ROOTED)}), not {name}")
+    return _standard(program, source, kind, use_inplace, root)
+
+
+def _standard(program: Program, source: str, kind: str, inplace: bool, root: int | None) -> Runnable:
+    n = program.ranks
+    views = []
+    for r in range(n):
+        lay = Layout(program, r, inplace)
+        views.append((lay.view["i"][2], lay.view["o"][2]))
+    size_chunks = program.chunks_per_loop * (n if program.collective in ("gather", "scatter") else 1)
+    return Runnable(program, program.collective, n, root, inplace, size_chunks, Binding(view_sizes=tuple(views)),
+                    str(source), kind)
+
+
+def _alltoallv_runnable(program: Program, schedule: Schedule, source: str) -> Runnable:
+    coll = schedule.collective
+    n = coll.ranks
+    splits = [[0] * n for _ in range(n)]
+    ins: list[list[int]] = [[] for _ in range(n)]
+    outs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for c, (pre, post) in enumerate(zip(coll.pre, coll.post)):
+        (s,), (d,) = tuple(pre), tuple(post)
+        splits[s][d] += 1
+        ins[s].append(c)
+        outs[d].append((s, c))
+    binding = Binding(tuple(tuple(x) for x in ins), tuple(tuple(c for _, c in sorted(x)) for x in outs),
+                      tuple((coll.chunks, coll.chunks) for _ in range(n)), tuple(tuple(row) for row in splits))
+    return Runnable(program, "alltoallv", n, None, False, coll.buffer_chunks, binding, str(source), "schedule")
+
+
+def _root_of(program: Program, inplace: bool) -> int | None:
+    """The one rank whose input a broadcast/scatter reads, or whose output a reduce/gather writes;
+    None when that is not exactly one rank."""
+    from synth.program.ir import READS_SRC, WRITES_DST
+
+    found = set()
+    reading = program.collective in ("broadcast", "scatter")
+    for g in program.gpus:
+        for tb in g.threadblocks:
+            for op in tb.ops:
+                if reading and op.type in READS_SRC and op.src_buf == "i":
+                    found.add(g.rank)
+                if not reading and op.type in WRITES_DST and op.dst_buf == "o" and not inplace:
+                    found.add(g.rank)
+    return found.pop() if len(found) == 1 else None
+
+
+# ---------------------------------------------------------------------- our own checker first
+@dataclass(frozen=True)
+class Precheck:
+    """Our replay's verdict: ``correct`` True/False/None (not judged) and its first problem."""
+
+    correct: bool | None
+    first_problem: str
+    note: str
+
+
+def precheck(runnable: Runnable) -> Precheck:
+    """Replay the Program (every interleaving our checker tries) in the variant that will run."""
+    from synth.program.replay import replay
+
+    program = runnable.program
+    if runnable.collective == "alltoallv":
+        program = replace(program, collective="custom")
+    program = replace(program, inplace=runnable.inplace, outofplace=not runnable.inplace)
+    result = replay(program)
+    bad = [p for p in result.problems if p.severity != "note"]
+    return Precheck(result.correct, str(bad[0]) if bad else "", result.note)
+
+
+def _ring4() -> Schedule:  # doctest helper
+    from synth.baselines import registry
+    from synth.core.library import resolve_topology
+
+    return registry()["ring"].build(resolve_topology("ring:4"), "allgather", None, None)
