@@ -1,10 +1,11 @@
 """Our executor against torch.distributed's own collective, on the same processes, in one run.
 
 For 8 ranks on gloo (one process per rank on this machine), allgather and allreduce at 1K..16M:
-the time of a synth schedule executed by synth.runtime (thread blocks, point-to-point operations)
-and the time of torch's native collective (gloo's own algorithm) on the same inputs, measured
-alternately in the same worker processes; the ratio ours / torch (> 1: ours is slower). Every
-size is also checked bit for bit against torch's answer.
+the time of a synth schedule executed by synth.runtime (point-to-point operations per connection)
+with each of its two executors (``threads``: a thread per thread block; ``ordered``: one thread
+walking a deadlock-free order) and the time of torch's native collective (gloo's own algorithm) on
+the same inputs, measured in the same worker processes; the ratios ours / torch (> 1: ours is
+slower). Every size is also checked bit for bit against torch's answer.
 
     python benchmarks/torch_runtime.py [--sizes 1K,4K,...] [--iters 10] [--schedules FILE ...]
 
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+EXECUTORS = ("threads", "ordered")
 DEFAULT = [
     "results/dgx1/allgather/schedules/allgather.dgx1.ring.schedule.json",
     "results/dgx1/allgather/schedules/allgather.dgx1.s3-r7-c6.schedule.json",
@@ -51,22 +53,32 @@ def main() -> int:
             if world is not None:
                 world.close()
             world = World(runnable.ranks, "gloo", 300)
-        options = RunOptions(sizes=sizes, iters=args.iters, warmup=args.warmup, timeout=300, vs_torch=True)
-        result = world.run(runnable, options)
-        print(f"{Path(name).name}: {'correct' if result.correct else 'WRONG: ' + result.fault}", file=sys.stderr)
-        for row in result.rows:
-            rows.append((Path(name).name, row))
+        by_mode = {}
+        for mode in EXECUTORS:
+            options = RunOptions(sizes=sizes, iters=args.iters, warmup=args.warmup, timeout=300, vs_torch=True,
+                                 executor=mode)
+            result = world.run(runnable, options)
+            print(f"{Path(name).name} ({mode}): {'correct' if result.correct else 'WRONG: ' + result.fault}",
+                  file=sys.stderr)
+            by_mode[mode] = result.rows
+        for index, row in enumerate(by_mode[EXECUTORS[0]]):
+            rows.append((Path(name).name, [by_mode[m][index] for m in EXECUTORS]))
     if world is not None:
         world.close()
     print(f"# synth.runtime vs torch.distributed (gloo), 8 ranks on one machine, {args.iters} timed iterations "
           f"after {args.warmup}; {time.monotonic() - started:.0f} s")
-    print("| schedule | size | ours (us) | torch (us) | ours / torch | correct |")
-    print("|---|---|---|---|---|---|")
-    for name, row in rows:
-        ratio = row.time_us / row.torch_us if row.time_us and row.torch_us else float("nan")
-        print(f"| {name} | {format_size(row.size)} | {row.time_us:.0f} | {row.torch_us:.0f} | {ratio:.2f}x | "
-              f"{'yes' if row.correct else 'NO'} |")
-    return 0 if all(row.correct for _, row in rows) else 1
+    print("| schedule | size | torch (us) | " + " | ".join(f"{m} (us) | {m} / torch" for m in EXECUTORS)
+          + " | correct |")
+    print("|---|---|---|" + "---|---|" * len(EXECUTORS) + "---|")
+    for name, per_mode in rows:
+        torch_us = sum(r.torch_us for r in per_mode) / len(per_mode)  # measured once per mode: the mean
+        cells = []
+        for r in per_mode:
+            cells += [f"{r.time_us:.0f}", f"{r.time_us / torch_us:.2f}x"]
+        ok = all(r.correct for r in per_mode)
+        print(f"| {name} | {format_size(per_mode[0].size)} | {torch_us:.0f} | " + " | ".join(cells)
+              + f" | {'yes' if ok else 'NO'} |")
+    return 0 if all(r.correct for _, per_mode in rows for r in per_mode) else 1
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 from synth.core.errors import EXIT_INVALID, EXIT_OK, InputError, InvalidScheduleError
 
 BACKENDS = ("gloo", "nccl")
+EXECUTORS = ("threads", "ordered")
 TORCH_HINT = "pip install 'synth[torch]' (the CPU build: pip install torch==2.13.0)"
 
 
@@ -41,6 +42,10 @@ def add_run_parser(sub) -> None:
                                                           "where the program has it)")
     p.add_argument("--root", type=int, help="root rank of a rooted collective read from a program file "
                                             "(default: found from the program)")
+    p.add_argument("--executor", choices=EXECUTORS, default="threads",
+                   help="threads: a thread per thread block, as MSCCL runs them (default); ordered: one thread "
+                        "walking a deadlock-free order of every transfer (fewer thread switches; programs whose "
+                        "order has a cycle run threaded)")
     p.add_argument("--vs-torch", action="store_true", help="also time torch.distributed's own collective")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     p.set_defaults(func=cmd_run)
@@ -82,7 +87,7 @@ def cmd_run(args) -> int:
     if args.backend == "nccl":
         _check_gpus(runnable.ranks, launched_by_torchrun())
     options = RunOptions(sizes=sizes, dtype=args.dtype, iters=args.iters, warmup=args.warmup,
-                         timeout=args.timeout, vs_torch=args.vs_torch, backend=args.backend)
+                         timeout=args.timeout, vs_torch=args.vs_torch, backend=args.backend, executor=args.executor)
     if launched_by_torchrun():
         rank, result = run_joined(runnable, options)
         if rank != 0:
@@ -114,9 +119,11 @@ def _check_gpus(ranks: int, joined: bool) -> None:
 
 
 def _header(args, runnable, checked, verdict) -> list[str]:
+    schedule = "; the schedule verified" if runnable.kind == "schedule" else ""
     lines = [f"# synth run {args.file}: {runnable.describe()}",
-             f"# backend {args.backend}, dtype {args.dtype}, {args.warmup} warmup + {args.iters} timed iterations "
-             f"per size; our checker: {verdict}" + (f" ({checked.first_problem})" if checked.first_problem else "")]
+             f"# backend {args.backend}, executor {args.executor}, dtype {args.dtype}, {args.warmup} warmup + "
+             f"{args.iters} timed iterations per size{schedule}; our checker: {verdict}"
+             + (f" ({checked.first_problem})" if checked.first_problem else "")]
     if checked.correct is False:
         lines.append("# --force: running a program our checker finds wrong")
     return lines

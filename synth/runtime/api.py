@@ -36,14 +36,17 @@ class CollectiveTimeout(RuntimeError):
 
 
 def load(path: str, inplace: bool | None = None, root: int | None = None, force: bool = False,
-         timeout: float = 300.0) -> "ScheduledCollective":
+         timeout: float = 300.0, executor: str = "threads") -> "ScheduledCollective":
     """The collective in ``path``, checked by our replay (a program it finds wrong raises
-    InvalidScheduleError unless ``force``)."""
+    InvalidScheduleError unless ``force``). ``executor``: "threads" (a thread per thread block) or
+    "ordered" (one thread, synth.runtime.order), as ``synth run --executor``."""
+    if executor not in ("threads", "ordered"):
+        raise ValueError(f"executor must be 'threads' or 'ordered', got {executor!r}")
     runnable = load_runnable(path, inplace=inplace, root=root)
     checked = precheck(runnable)
     if checked.correct is False and not force:
         raise InvalidScheduleError(f"{path}: our checker finds the program wrong: {checked.first_problem}")
-    return ScheduledCollective(runnable, timeout)
+    return ScheduledCollective(runnable, timeout, executor)
 
 
 class ScheduledCollective:
@@ -54,8 +57,13 @@ class ScheduledCollective:
     ``broadcast``, ``reduce``, ``gather``, ``scatter``. ``async_op=True`` is not supported.
     """
 
-    def __init__(self, runnable: Runnable, timeout: float = 300.0):
+    def __init__(self, runnable: Runnable, timeout: float = 300.0, executor: str = "threads"):
         self.runnable = runnable
+        self.order = None
+        if executor == "ordered":
+            from synth.runtime.order import global_order
+
+            self.order = global_order(runnable.program)
         self.collective = runnable.collective
         self.timeout = timeout
         self._executors: dict = {}
@@ -168,8 +176,8 @@ class ScheduledCollective:
         return input.numel() // chunks
 
     # -- the run
-    def _executor(self, group, op: str) -> tuple[RankExecutor, object]:
-        key = (id(group), op)
+    def _executor(self, group, op: str, device: torch.device) -> tuple[RankExecutor, object]:
+        key = (id(group), op, device.type)
         found = self._executors.get(key)
         if found is None:
             size = dist.get_world_size(group)
@@ -177,13 +185,18 @@ class ScheduledCollective:
                 raise ValueError(f"{self.runnable.source} is for {self.runnable.ranks} ranks; the group has {size}")
             rank = dist.get_rank(group)
             layout = self.runnable.layout(rank)
-            transport = Transport(dist.get_backend(group), self.runnable.program.channels, group)
-            found = (RankExecutor(self.runnable.program, rank, layout, transport, op), layout)
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            if backend == "nccl" and group is not None:
+                raise ValueError("with CUDA tensors a ScheduledCollective runs on the default group only: it "
+                                 "creates a communicator per channel and direction, which every rank must join")
+            transport = Transport(backend, self.runnable.program.channels, group)
+            order = self.order[rank] if self.order is not None else None
+            found = (RankExecutor(self.runnable.program, rank, layout, transport, op, order), layout)
             self._executors[key] = found
         return found
 
     def _run(self, input: torch.Tensor, output: torch.Tensor, group, op: str) -> None:
-        executor, layout = self._executor(group, op)
+        executor, layout = self._executor(group, op, input.device)
         rank = dist.get_rank(group)
         chunk = self._chunk(input, group)
         binding = self.runnable.binding

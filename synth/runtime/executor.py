@@ -59,8 +59,10 @@ class RankExecutor:
     """Executes ``program``'s part for ``rank``. ``layout``: a synth.program.buffers.Layout of the
     variant that runs; ``reducer``: one of REDUCERS."""
 
-    def __init__(self, program: Program, rank: int, layout, transport: Transport, reducer: str = "sum"):
+    def __init__(self, program: Program, rank: int, layout, transport: Transport, reducer: str = "sum",
+                 order: list[tuple[int, int]] | None = None):
         self.program, self.rank, self.layout, self.transport = program, rank, layout, transport
+        self.order = order
         self.reduce = REDUCERS[reducer]
         gpu = program.gpus[rank]
         self.blocks = gpu.threadblocks
@@ -91,14 +93,17 @@ class RankExecutor:
             self.written = {name: bytearray(t.numel() // max(1, chunk)) for name, t in buffers.items()}
             name, base, size = self.layout.view["i"]
             self.written[name][base:base + size] = b"\x01" * size
-        self.transport.reset()
-        if not self._threads:
-            self._start_threads()
-        with self._go:
-            self._generation += 1
-            self._go.notify_all()
-        for _ in self.blocks:
-            self._done.acquire()
+        self.transport.reset(unbounded=self.order is not None)
+        if self.order is not None:
+            self._run_ordered()
+        else:
+            if not self._threads:
+                self._start_threads()
+            with self._go:
+                self._generation += 1
+                self._go.notify_all()
+            for _ in self.blocks:
+                self._done.acquire()
         stuck = tuple(f"rank {self.rank} tb {tb.id} {self.where[i]}" for i, tb in enumerate(self.blocks)
                       if not self.finished[i])
         return Outcome(stuck, tuple(self.problems), tuple(self.failed))
@@ -131,43 +136,77 @@ class RankExecutor:
                 self._done.release()
 
     # -- one thread block
-    def _run_block(self, b: int) -> None:
+    def _announce(self, b: int) -> bool:
+        """Post the block's first receives (its FIFO slots); False if torch failed."""
         tb = self.blocks[b]
-        folded = self.folded[b]
-        if tb.recv >= 0:
-            sizes = [op.count * self.chunk for op in tb.ops if op.type in RECEIVING]
-            any_buffer = next(iter(self.buffers.values()))
-            try:
-                self.transport.expect(tb.recv, tb.channel, sizes, any_buffer.dtype, any_buffer.device)
-            except PeerFailure as exc:
-                self.where[b] = f"before its first step: {exc}"
-                self.failed.append(f"rank {self.rank} tb {tb.id}: {exc}")
+        if tb.recv < 0:
+            return True
+        sizes = [op.count * self.chunk for op in tb.ops if op.type in RECEIVING]
+        any_buffer = next(iter(self.buffers.values()))
+        try:
+            self.transport.expect(tb.recv, tb.channel, sizes, any_buffer.dtype, any_buffer.device)
+        except PeerFailure as exc:
+            self.where[b] = f"before its first step: {exc}"
+            self.failed.append(f"rank {self.rank} tb {tb.id}: {exc}")
+            return False
+        return True
+
+    def _run_block(self, b: int) -> None:
+        if not self._announce(b):
+            return
+        for k in range(len(self.folded[b])):
+            if not self._transfer(b, k, wait=True):
                 return
-        for t in folded:
-            first = tb.ops[t.ops[0]]
-            label = f"step {t.ops[0]} ({first.type})"
-            try:
+        self._finish(b)
+
+    def _run_ordered(self) -> None:
+        """Every transfer of the rank in the deadlock-free global order (synth.runtime.order), in
+        this thread; a block's flags need no waiting (the order honours every dependency)."""
+        if not all(self._announce(b) for b in range(len(self.blocks))):
+            return
+        for b, k in self.order:
+            if not self._transfer(b, k, wait=False):
+                for other in range(len(self.blocks)):
+                    if self.where[other] == "not started":
+                        self.where[other] = "not reached (an earlier transfer of this rank is stuck)"
+                return
+        for b in range(len(self.blocks)):
+            if not self._finish(b):
+                return
+
+    def _transfer(self, b: int, k: int, wait: bool) -> bool:
+        """Run transfer k of block b; False when the block cannot go on (recorded)."""
+        tb = self.blocks[b]
+        t = self.folded[b][k]
+        label = f"step {t.ops[0]} ({tb.ops[t.ops[0]].type})"
+        try:
+            if wait:
                 for dep_tb, dep_step in t.waits:
                     self.where[b] = f"{label}: waits for tb {dep_tb} step {dep_step}"
                     self._wait_flag(dep_tb, dep_step)
-                for pos in t.ops:
-                    self.where[b] = f"step {pos} ({tb.ops[pos].type}): running"
-                    self._execute(b, pos)
-            except Stuck as exc:
-                self.where[b] = f"{label}: {exc}"
-                return
-            except PeerFailure as exc:
-                self.where[b] = f"{label}: {exc}"
-                self.failed.append(f"rank {self.rank} tb {tb.id} {label}: {exc}")
-                return
-            except BlockFault as exc:
-                self.where[b] = f"{label}: stopped: {exc}"
-                self.problems.append(f"rank {self.rank} tb {tb.id} {label}: {exc}")
-                return
-            if t.has_dep:
-                with self.flag_cv:
-                    self.flags[b] = t.step
-                    self.flag_cv.notify_all()
+            for pos in t.ops:
+                self.where[b] = f"step {pos} ({tb.ops[pos].type}): running"
+                self._execute(b, pos)
+        except Stuck as exc:
+            self.where[b] = f"{label}: {exc}"
+            return False
+        except PeerFailure as exc:
+            self.where[b] = f"{label}: {exc}"
+            self.failed.append(f"rank {self.rank} tb {tb.id} {label}: {exc}")
+            return False
+        except BlockFault as exc:
+            self.where[b] = f"{label}: stopped: {exc}"
+            self.problems.append(f"rank {self.rank} tb {tb.id} {label}: {exc}")
+            return False
+        if t.has_dep and wait:
+            with self.flag_cv:
+                self.flags[b] = t.step
+                self.flag_cv.notify_all()
+        return True
+
+    def _finish(self, b: int) -> bool:
+        """Wait until the block's sends have been taken; mark it finished."""
+        tb = self.blocks[b]
         try:
             if tb.send >= 0:
                 self.where[b] = f"after its last step: waits for rank {tb.send} to take its messages"
@@ -176,9 +215,10 @@ class RankExecutor:
             self.where[b] = f"after its last step: {exc}"
             if isinstance(exc, PeerFailure):
                 self.failed.append(f"rank {self.rank} tb {tb.id}: {exc}")
-            return
+            return False
         self.where[b] = "finished"
         self.finished[b] = True
+        return True
 
     def _wait_flag(self, dep_tb: int, dep_step: int) -> None:
         target = self.index.get(dep_tb)

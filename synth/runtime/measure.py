@@ -41,6 +41,7 @@ class RunOptions:
     timeout: float = 60.0
     vs_torch: bool = False
     backend: str = "gloo"
+    executor: str = "threads"  # "threads" (a thread per thread block) or "ordered" (one thread, synth.runtime.order)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,13 @@ def run_rank(runnable: Runnable, rank: int, options: RunOptions, agreement: Agre
     program = runnable.program
     layout = runnable.layout(rank)
     transport = Transport(options.backend, program.channels, group)
-    executor = RankExecutor(program, rank, layout, transport)
+    order = None
+    if options.executor == "ordered":
+        from synth.runtime.order import global_order
+
+        found = global_order(program)
+        order = found[rank] if found is not None else None
+    executor = RankExecutor(program, rank, layout, transport, order=order)
     try:
         for index, size in enumerate(options.sizes):
             report = _one_size(runnable, rank, options, agreement.__class__(agreement.store, f"{agreement.prefix}/{index}",

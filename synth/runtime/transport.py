@@ -55,6 +55,7 @@ class Transport:
                     self.groups[(channel, upward)] = dist.new_group(members)
         self.inflight: dict[tuple[int, int], deque] = {}
         self.expected: dict[tuple[int, int], _Expected] = {}
+        self.unbounded = False
 
     def _peer(self, rank: int) -> int:
         return rank if self.group is None else dist.get_global_rank(self.group, rank)
@@ -67,7 +68,7 @@ class Transport:
     def send(self, peer: int, channel: int, tensor: torch.Tensor, deadline: float) -> None:
         """Post ``tensor`` to ``peer`` on ``channel``; waits only when SLOTS sends are in flight."""
         window = self.inflight.setdefault((peer, channel), deque())
-        if len(window) >= SLOTS:
+        if len(window) >= SLOTS and not self.unbounded:
             self._wait(window.popleft(), deadline, f"waits for rank {peer} to take its messages on channel {channel}")
         try:
             work = dist.isend(tensor, dst=self._peer(peer), group=self._pg(self.rank, peer, channel),
@@ -138,9 +139,12 @@ class Transport:
                 raise Stuck(what) from None
             raise PeerFailure(_short(exc)) from None
 
-    def reset(self) -> None:
+    def reset(self, unbounded: bool = False) -> None:
+        """Forget the last call's connections; ``unbounded``: never wait for a free send slot (the
+        single-threaded executor's order relies on sends that never block)."""
         self.inflight.clear()
         self.expected.clear()
+        self.unbounded = unbounded
 
 
 class _Expected:

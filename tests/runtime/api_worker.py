@@ -23,7 +23,7 @@ def check(name, ours, theirs) -> None:
 def main(folder: Path) -> None:
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
-    load = lambda name: synth.runtime.load(str(folder / name), timeout=60)
+    load = lambda name, executor="threads": synth.runtime.load(str(folder / name), timeout=60, executor=executor)
     x = pattern(rank, 24, torch.float32, n)
 
     ag = load("allgather.json")
@@ -41,7 +41,7 @@ def main(folder: Path) -> None:
     dist.reduce_scatter_tensor(ref, big)
     check("reduce_scatter_tensor", out, ref)
 
-    ar = load("allreduce.json")
+    ar = load("allreduce.json", "ordered")
     for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.AVG):
         ours, theirs = x.clone(), x.clone()
         ar.all_reduce(ours, op=op)
@@ -59,7 +59,7 @@ def main(folder: Path) -> None:
     dist.all_to_all_single(theirs, x)
     check("all_to_all_single", ours, theirs)
 
-    a2av = load("alltoallv.json")
+    a2av = load("alltoallv.json", "ordered")
     matrix = [[0, 2, 1, 3], [1, 0, 2, 0], [2, 2, 0, 1], [1, 1, 1, 0]]
     chunk = 5
     send = [matrix[rank][d] * chunk for d in range(n)]

@@ -27,15 +27,16 @@ def _run(worlds, runnable, options=QUICK):
     return worlds(runnable.ranks).run(runnable, options)
 
 
+@pytest.mark.parametrize("executor", ["threads", "ordered"])
 @pytest.mark.parametrize("coll, algo, root", [
     ("allgather", "ring", None), ("reduce_scatter", "ring", None), ("allreduce", "ring", None),
     ("allreduce", "recursive_doubling", None), ("alltoall", "direct", None), ("alltoall", "bruck", None),
     ("broadcast", "binomial_tree", 2), ("reduce", "binomial_tree", 1), ("gather", "direct", 3),
     ("scatter", "direct", 0),
 ])
-def test_every_collective_runs_correct(worlds, coll, algo, root):
+def test_every_collective_runs_correct(worlds, coll, algo, root, executor):
     sched = build_baseline(resolve_topology("full:4"), algo, coll, root, None)
-    result = _run(worlds, runnable_from_schedule(sched, f"{coll}.{algo}"))
+    result = _run(worlds, runnable_from_schedule(sched, f"{coll}.{algo}"), replace(QUICK, executor=executor))
     assert result.correct, result.fault
     assert [r.size for r in result.rows] and all(r.time_us and r.time_us > 0 for r in result.rows)
 
