@@ -78,7 +78,9 @@ def cmd_run(args) -> int:
     from synth.runtime.launcher import World, launched_by_torchrun, run_joined
     from synth.runtime.measure import RunOptions
 
-    dtype_of(args.dtype)
+    dtype = dtype_of(args.dtype)
+    if not launched_by_torchrun():
+        _check_memory(runnable, sizes, dtype)
     checked = precheck(runnable)
     verdict = {True: "correct", False: "INCORRECT", None: "not judged"}[checked.correct]
     if checked.correct is False and not args.force:
@@ -106,6 +108,25 @@ def cmd_run(args) -> int:
         print(f"synth: error: {args.file}: {result.fault or 'the result differs from torch'}", file=sys.stderr)
         return EXIT_INVALID
     return EXIT_OK
+
+
+def _check_memory(runnable, sizes, dtype) -> None:
+    """Refuse sizes whose buffers cannot fit in this machine's memory (all ranks run here)."""
+    import os
+
+    from synth.runtime.data import element_size
+    from synth.runtime.measure import bytes_needed
+
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    for size in sizes:
+        need = bytes_needed(runnable, size, element_size(dtype))
+        if need > 0.8 * available:
+            raise InputError(f"--size {size} needs about {need / 2**30:.1f} GiB for the {runnable.ranks} ranks on this "
+                             f"machine, which has {available / 2**30:.1f} GiB free; use a smaller size or torchrun "
+                             "across machines")
 
 
 def _check_gpus(ranks: int, joined: bool) -> None:

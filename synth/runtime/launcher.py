@@ -4,8 +4,8 @@
 has torch imported, where the platform has one) and keeps them for as many jobs as the caller
 runs. The parent hosts the TCP store the workers' process group is built on, so the store outlives
 any worker. The parent supervises every job: it collects each rank's per-size report, notices a
-worker that dies (and stops the others after a short grace), and stops every worker that has not
-answered within the per-size timeout plus a grace. After a job that faulted the workers are gone
+worker that dies or faults (and stops the others after a short grace), and stops every worker when
+none has shown progress (a finished execution) within the timeout plus a grace. After a job that faulted the workers are gone
 (a process group that timed out or lost a peer cannot be trusted) and the next job starts a new
 world.
 
@@ -121,8 +121,17 @@ def _worker(rank: int, ranks: int, port: int, backend: str, timeout: float, conn
             break
         _, job, runnable, options = message
         faulted = False
+        last = [time.monotonic()]
+
+        def beat() -> None:  # at most two a second: the parent only needs to know we move
+            now = time.monotonic()
+            if now - last[0] > 0.5:
+                last[0] = now
+                conn.send(("beat", job, None))
+
         try:
-            for report in run_rank(runnable, rank, options, Agreement(store, f"synth/{job}", rank, ranks), device):
+            for report in run_rank(runnable, rank, options, Agreement(store, f"synth/{job}", rank, ranks), device,
+                                   beat=beat):
                 conn.send(("size", job, report))
                 faulted = faulted or report.faulted
         except Exception as exc:  # noqa: BLE001 - reported as this rank's failure, the parent decides
@@ -149,6 +158,7 @@ class World:
         self.conns: list = []
         self.gone: set[int] = set()  # ranks whose process ended (reported once)
         self.jobs = 0
+        self.grace = GRACE
 
     def __enter__(self) -> "World":
         return self
@@ -232,7 +242,7 @@ class World:
             conn.send(("job", self.jobs, runnable, options))
         by_size: dict[int, list[SizeReport]] = {}
         done, dead, errors = set(), {}, {}
-        deadline = time.monotonic() + options.timeout + GRACE
+        deadline = time.monotonic() + options.timeout + self.grace
         cut = None  # once a rank died or faulted: when to stop waiting for the others
         timed_out = False
         while len(done | set(dead)) < self.ranks:
@@ -243,9 +253,11 @@ class World:
             for rank, kind, payload in self._messages(limit):
                 if kind == "timeout":
                     break
-                if kind == "size":
+                if kind == "beat":
+                    deadline = time.monotonic() + options.timeout + self.grace  # progress: a new execution's clock
+                elif kind == "size":
                     by_size.setdefault(payload.size, []).append(payload)
-                    deadline = time.monotonic() + options.timeout + GRACE  # progress: the next size's clock
+                    deadline = time.monotonic() + options.timeout + self.grace
                     if payload.faulted:
                         cut = cut or time.monotonic() + DEATH_GRACE
                 elif kind == "done":
@@ -345,8 +357,9 @@ def run_joined(runnable: Runnable, options: RunOptions) -> tuple[int, RunResult]
     prefix = f"synth/{run_id}/{restart}"
     rows = []
     faulted = False
-    for index, report in enumerate(run_rank(runnable, rank, options, Agreement(store, prefix, rank, world), device)):
-        reports, silent = Agreement(store, f"{prefix}/report/{index}", rank, world).exchange(
+    agreement = Agreement(store, prefix, rank, world)
+    for index, report in enumerate(run_rank(runnable, rank, options, agreement, device)):
+        reports, silent = agreement.sub(f"report/{index}").exchange(
             "size", report, time.monotonic() + options.timeout + GRACE)
         got = [r for r in reports if r is not None]
         rows.append(merge(got, world))

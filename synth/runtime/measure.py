@@ -5,7 +5,7 @@ executes once with chunk-level tracking, and tells every other rank how it went 
 process group's store, which outlives a broken connection). Only when every rank finished cleanly do
 they all call torch.distributed's own collective on the same input and compare bit for bit; then
 ``warmup`` untimed and ``iters`` timed executions (and, with ``vs_torch``, the same loop of torch's
-collective). A rank that finds any rank stuck or failed stops: its process group cannot be trusted
+collective), each within the timeout. A rank that finds any rank stuck or failed stops: its process group cannot be trusted
 after that, and the caller tears the world down.
 
 >>> chunk_elements(1 << 20, 48, 4)
@@ -72,11 +72,27 @@ def chunk_elements(size: int, size_chunks: int, element: int) -> int:
     return max(1, size // (size_chunks * element))
 
 
+def bytes_needed(runnable: Runnable, size: int, element: int) -> int:
+    """About how much memory one size takes on all ranks together: every rank's buffers, its input
+    and torch's answer, and as much again for messages in flight."""
+    chunk = chunk_elements(size, runnable.size_chunks, element)
+    total = 0
+    for rank in range(runnable.ranks):
+        chunks = sum(runnable.layout(rank).sizes.values()) + len(runnable.binding.input_chunks(rank)) \
+            + len(runnable.binding.output_chunks(rank))
+        total += 2 * chunks * chunk * element
+    return total
+
+
 class Agreement:
     """Cross-rank status exchange through the process group's TCP store."""
 
     def __init__(self, store, prefix: str, rank: int, ranks: int):
         self.store, self.prefix, self.rank, self.ranks = store, prefix, rank, ranks
+
+    def sub(self, name: str) -> "Agreement":
+        """The same exchange under a longer key prefix (one per size, one per phase of a launch)."""
+        return Agreement(self.store, f"{self.prefix}/{name}", self.rank, self.ranks)
 
     def exchange(self, phase: str, status, deadline: float) -> tuple[list, list[int]]:
         """Every rank's ``status`` for ``phase`` (None for ranks silent past the deadline), and those ranks."""
@@ -95,8 +111,9 @@ class Agreement:
 
 
 def run_rank(runnable: Runnable, rank: int, options: RunOptions, agreement: Agreement,
-             device: torch.device, group=None) -> Iterator[SizeReport]:
-    """Yield this rank's SizeReport for each size, stopping after the first size any rank faulted on."""
+             device: torch.device, group=None, beat: Callable[[], None] = lambda: None) -> Iterator[SizeReport]:
+    """Yield this rank's SizeReport for each size, stopping after the first size any rank faulted on.
+    ``beat`` is called after every execution (a supervisor's sign of progress)."""
     from synth.runtime.data import dtype_of, element_size
 
     dtype = dtype_of(options.dtype)
@@ -112,9 +129,8 @@ def run_rank(runnable: Runnable, rank: int, options: RunOptions, agreement: Agre
     executor = RankExecutor(program, rank, layout, transport, order=order)
     try:
         for index, size in enumerate(options.sizes):
-            report = _one_size(runnable, rank, options, agreement.__class__(agreement.store, f"{agreement.prefix}/{index}",
-                                                                             rank, runnable.ranks),
-                               executor, layout, dtype, element_size(dtype), size, device, group)
+            report = _one_size(runnable, rank, options, agreement.sub(str(index)), executor, layout, dtype,
+                               element_size(dtype), size, device, group, beat)
             yield report
             if report.faulted:
                 return
@@ -122,7 +138,8 @@ def run_rank(runnable: Runnable, rank: int, options: RunOptions, agreement: Agre
         executor.close()
 
 
-def _one_size(runnable, rank, options, agreement, executor, layout, dtype, element, size, device, group) -> SizeReport:
+def _one_size(runnable, rank, options, agreement, executor, layout, dtype, element, size, device, group,
+              beat) -> SizeReport:
     chunk = chunk_elements(size, runnable.size_chunks, element)
     count = chunk * runnable.size_chunks
     base = SizeReport(rank, count * element, count, chunk)
@@ -150,26 +167,30 @@ def _one_size(runnable, rank, options, agreement, executor, layout, dtype, eleme
     report = _with(base, correct=correct, wrong=wrong, problems=outcome.problems)
     if options.iters <= 0:
         return report
-    timed = _time(lambda: executor.run(buffers, chunk, deadline, track=False), options, group)
+    timed = _time(lambda: executor.run(buffers, chunk, time.monotonic() + options.timeout, track=False), options,
+                  group, beat)
     if isinstance(timed, str):
         return _with(report, failed=(f"rank {rank}: a timed run did not finish cleanly: {timed}",))
     torch_us = None
     if options.vs_torch:
         torch_us = _time(lambda: reference(runnable.collective, data, len(outputs) * chunk, rank, runnable.ranks,
-                                           runnable.root, binding.splits, chunk, group), options, group)
+                                           runnable.root, binding.splits, chunk, group), options, group, beat)
     return _with(report, time_us=timed, torch_us=torch_us if not isinstance(torch_us, str) else None)
 
 
-def _time(call: Callable, options: RunOptions, group) -> float | str:
-    """Mean microseconds of ``iters`` calls after ``warmup``, between barriers; a string on a fault."""
+def _time(call: Callable, options: RunOptions, group, beat: Callable[[], None]) -> float | str:
+    """Mean microseconds of ``iters`` calls after ``warmup``, between barriers; a string on a fault.
+    Every execution has the whole timeout (a long timing loop is not a stuck one)."""
     for _ in range(options.warmup):
         result = call()
+        beat()
         if getattr(result, "clean", True) is False:
             return "; ".join((result.stuck + result.failed)[:2])
     dist.barrier(group=group)
     start = time.perf_counter()
     for _ in range(options.iters):
         result = call()
+        beat()
         if getattr(result, "clean", True) is False:
             return "; ".join((result.stuck + result.failed)[:2])
     if torch.cuda.is_available() and options.backend == "nccl":

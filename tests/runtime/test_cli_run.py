@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import multiprocessing
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -65,6 +66,7 @@ def test_forced_deadlock_ends_in_time_with_one_line(tmp_path, capsys):
     errors = [l for l in captured.err.splitlines() if l.startswith("synth")]
     assert len(errors) == 1 and "stuck" in errors[0] and "waits for data from rank 3" in errors[0]
     assert "--force" in captured.out
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("synth-rank")]
 
 
 def test_without_torch_the_command_says_how_to_install_it(ring4, capsys, monkeypatch):
@@ -81,6 +83,7 @@ def test_without_torch_the_command_says_how_to_install_it(ring4, capsys, monkeyp
     (["--iters", "-1"], "--iters"),
     (["--size", "1Q"], "bad size"),
     (["--dtype", "complex7"], "unknown dtype"),
+    (["--size", "1T"], "GiB"),
 ])
 def test_bad_options(ring4, capsys, argv, message):
     import torch

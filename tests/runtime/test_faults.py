@@ -39,3 +39,18 @@ def test_killing_one_worker_mid_run_stops_the_others():
     for pid in pids:  # every worker is gone (reaped: no zombie either)
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_timing_loop_longer_than_the_timeout_is_not_stuck():
+    sched = build_baseline(resolve_topology("full:4"), "ring", "allreduce", None, None)
+    runnable = runnable_from_schedule(sched, "ar")
+    with World(4, "gloo", 1) as world:
+        world.grace = 0.5
+        probe = world.run(runnable, RunOptions(sizes=(1024,), iters=20, warmup=0, timeout=1))
+        per_iteration = probe.rows[0].time_us * 1e-6
+        options = RunOptions(sizes=(1024,), iters=max(20, int(3.0 / per_iteration)), warmup=0, timeout=1)
+        start = time.monotonic()
+        result = world.run(runnable, options)
+        elapsed = time.monotonic() - start
+    assert result.correct, result.fault
+    assert elapsed > options.timeout + world.grace  # the loop outlasted the parent's watchdog; no execution did
