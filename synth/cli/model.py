@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from synth.cli.common import add_coll_options, collective_of, topology_of
 from synth.core.errors import EXIT_INVALID, InputError
 
 def add_model_parsers(sub) -> None:
     """Add ``topo list|show``, ``coll list|show`` and ``verify`` to ``sub``."""
-    topo = sub.add_parser("topo", help="topology library: list, show")
+    topo = sub.add_parser("topo", help="topologies: list, show, import (nvidia-smi, NCCL XML, rocm-smi), detect")
     topo_sub = topo.add_subparsers(dest="topo_command", parser_class=type(topo), metavar="ACTION")
     p = topo_sub.add_parser("list", help="list library topologies and generators")
     p.set_defaults(func=cmd_topo_list)
@@ -17,6 +18,15 @@ def add_model_parsers(sub) -> None:
     p.add_argument("topology")
     p.add_argument("--json", action="store_true", help="print the synth.topology document")
     p.set_defaults(func=cmd_topo_show)
+    p = topo_sub.add_parser("import", help="a synth.topology from nvidia-smi topo -m, NCCL's topology XML dump or "
+                                           "rocm-smi --showtopo output")
+    p.add_argument("file", help="the tool's output, as pasted (tabs or spaces, with or without legends)")
+    p.add_argument("--format", default="auto", choices=("auto", "nvidia-smi", "nccl-xml", "rocm-smi"))
+    _add_import_options(p)
+    p.set_defaults(func=cmd_topo_import)
+    p = topo_sub.add_parser("detect", help="run the topology tools present here and import what they print")
+    _add_import_options(p)
+    p.set_defaults(func=cmd_topo_detect)
 
     coll = sub.add_parser("coll", help="collectives: list, show")
     coll_sub = coll.add_subparsers(dest="coll_command", parser_class=type(coll), metavar="ACTION")
@@ -55,6 +65,61 @@ def cmd_topo_show(args) -> int:
     else:
         print(describe(topo))
     return 0
+
+
+def _add_import_options(p) -> None:
+    p.add_argument("--gpu", metavar="MODEL", help="GPU model (V100, A100, H100, B300, RTX4090, MI300X, ...): sets "
+                                                  "the NVLink/xGMI per-link bandwidth and PCIe generation")
+    p.add_argument("--nic-gbps", type=float, metavar="G", help="NIC speed in Gb/s (default: the file's, else the "
+                                                               "usual one for the GPU)")
+    p.add_argument("--nodes", type=int, default=1, metavar="K", help="K copies joined through their NICs, as the "
+                                                                      "library's NAMExK")
+    p.add_argument("--cpu", choices=("intel", "amd", "power", "arm"),
+                   help="CPU family, for the CPU-to-CPU interconnect of PCIe paths across sockets (default intel)")
+    p.add_argument("--name", help="topology name (default: from the file name)")
+    p.add_argument("-o", "--output", help="write the synth.topology JSON here (default: print it)")
+
+
+def _import_options(args) -> dict:
+    if args.nodes < 1:
+        raise InputError(f"--nodes must be at least 1, got {args.nodes}")
+    if args.nic_gbps is not None and not (0 < args.nic_gbps < 1e6):
+        raise InputError(f"--nic-gbps must be a positive number of Gb/s, got {args.nic_gbps}")
+    if args.gpu:
+        from synth.importers.gpus import model
+
+        model(args.gpu)  # an unknown name is one line before the file is read
+    return {"gpu": args.gpu, "nic_gbps": args.nic_gbps, "nodes": args.nodes, "name": args.name, "cpu": args.cpu}
+
+
+def _write_topology(topo, output: str | None) -> int:
+    from synth.cli.common import write_or_print
+    from synth.core.topology import Topology
+    from synth.core.topology_summary import describe
+
+    doc = topo.to_dict()
+    Topology.from_dict(doc, where="imported topology")  # what we write reads back
+    write_or_print(doc, output)
+    if output not in (None, "-"):
+        print(describe(topo).splitlines()[0], file=sys.stderr)
+    return 0
+
+
+def cmd_topo_import(args) -> int:
+    from synth.importers.reader import import_file
+
+    options = _import_options(args)
+    return _write_topology(import_file(args.file, fmt=args.format, **options), args.output)
+
+
+def cmd_topo_detect(args) -> int:
+    from synth.importers.detect import detect_text
+    from synth.importers.reader import import_text
+
+    options = _import_options(args)
+    fmt, command, text = detect_text()
+    options["name"] = options["name"] or "detected"
+    return _write_topology(import_text(text, f"'{command}' output", fmt=fmt, **options), args.output)
 
 
 def cmd_coll_list(args) -> int:

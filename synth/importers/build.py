@@ -1,0 +1,248 @@
+"""MachineDescription -> synth.topology: the modelling choices, each written into ``sources``.
+
+- **GPU generation**: ``--gpu``, else the model the file names (an NCCL dump's PCI device id),
+  else the NVLink pattern when it is unambiguous (an 8-GPU hybrid cube-mesh of NV1/NV2 = V100;
+  8 GPUs all NV12 = A100); otherwise one line asking for ``--gpu``. PCIe-only machines need no
+  model when the file states every GPU's PCIe generation.
+- **NVLink / xGMI**: ``NV#`` = # links x the generation's per-link bandwidth, one directed link
+  each way. Every pair with the same count on more than 4 GPUs, or NVLinks into NVSwitches (an
+  NCCL dump), is an NVSwitch machine, modelled as the library's ``a100``/``h100``: a full mesh at
+  the per-GPU port bandwidth with groups ``gpuI-out``/``gpuI-in`` of one port each. GPUs with
+  NVLink keep only NVLink links (runtimes do not send over PCIe there), except between NVLink
+  islands (bridged pairs), which PCIe joins so that collectives stay possible.
+- **PCIe**: links of the GPU's PCIe generation and width; groups for what the traffic shares:
+  each GPU's own link (``gpuI-pcie-out/in``), each PCIe switch's uplink (GPUs at PIX/PXB of each
+  other), and the CPU-to-CPU interconnect between NUMA nodes (SYS), at NCCL's model figures.
+- **NICs**: each NIC serves the GPUs closest to it (its nearest path type, unless that is SYS:
+  such a NIC serves no GPU, e.g. a storage pair); NICs that share the same GPUs are dealt out to
+  them one by one (a GPU with several gets their sum), so every GPU reaches the fabric through at
+  most one NIC, as ``NAMExK`` composition needs. Speed: ``--nic-gbps``, the file's, or the usual
+  one for the GPU generation (noted as an assumption).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from synth.core.errors import InputError
+from synth.core.topology import Group, Link, Nic, Topology
+from synth.importers.gpus import PCIE_SOURCE, PCIE_X16_GBS, GpuModel, from_device, model, names
+from synth.importers.machine import PCIE_LEVELS, MachineDescription
+
+NVLINK_ALPHA = 0.7  # us: the library's NVLink/xGMI alpha (TE-CCL; reference/hardware.md)
+PCIE_ALPHA = 1.2  # us: NVLink's 0.7 x NCCL's Ring LL per-hop ratio PCIe/NVLink 1.0/0.6 (reference/nccl-model.md)
+NIC_ALPHA = 2.0  # us: the library's NIC alpha (inside the 1.3-2.6 us IB range; reference/hardware.md)
+SYS_GBS = {"intel": 10.0, "amd": 16.0, "power": 32.0, "arm": 6.0}  # NCCL topo.h SKL_QPI_BW, AMD_BW, P9_BW, ARM_BW
+DEFAULT_SYS = "intel"
+
+
+def build_topology(desc: MachineDescription, name: str, where: str, gpu: str | None = None,
+                   nic_gbps: float | None = None, cpu: str | None = None) -> Topology:
+    """The synth.topology for ``desc``; InputError (one line, naming ``where``) when it cannot be
+    modelled without more information."""
+    n = desc.gpus
+    if n < 1:
+        raise InputError(f"{where}: no GPUs found")
+    chosen = _gpu_model(desc, where, gpu)
+    sources = [f"imported from {where} ({desc.tool})"] + list(desc.notes)
+    if chosen is not None:
+        sources.append(f"GPU model {chosen.name}{' (--gpu)' if gpu else ''}: {chosen.source}")
+    links: dict[tuple[int, int], Link] = {}
+    groups: list[Group] = []
+    fast = {k: p for k, p in desc.pairs.items() if p.kind in ("nvlink", "xgmi")}
+    if desc.switch_links and any(desc.switch_links):
+        _switch(desc.switch_links, chosen, links, groups, sources, "NVLinks into NVSwitches (the file)")
+    elif fast and len(fast) == n * (n - 1) // 2 and n > 4 and len({p.links for p in fast.values()}) == 1:
+        count = next(iter(fast.values())).links
+        _switch((count,) * n, chosen, links, groups, sources, f"every pair NV{count} on {n} GPUs: an NVSwitch board")
+    else:
+        for (i, j), path in sorted(fast.items()):
+            gbs = path.bandwidth or path.links * chosen.link_gbs
+            for a, b in ((i, j), (j, i)):
+                links[(a, b)] = Link(a, b, gbs, NVLINK_ALPHA, kind=path.kind)
+        if fast:
+            sources.append(f"{len(fast)} GPU pairs joined directly by {chosen.kind if chosen else 'NVLink'}: "
+                           f"links x {chosen.link_gbs:g} GB/s per direction, alpha {NVLINK_ALPHA} us")
+    pcie_pairs = _pcie_pairs(desc, links)
+    if pcie_pairs:
+        _pcie(desc, pcie_pairs, chosen, where, links, groups, sources, cpu)
+    nics = _nics(desc, chosen, nic_gbps, sources)
+    topo = Topology(name, n, tuple(links[k] for k in sorted(links)), tuple(groups), machines=(tuple(range(n)),),
+                    nics=nics, sources=tuple(sources))
+    return topo
+
+
+def _gpu_model(desc: MachineDescription, where: str, gpu: str | None) -> GpuModel | None:
+    if gpu:
+        return model(gpu)
+    named = from_device(desc.gpu_model)
+    if named is not None:
+        return named
+    fast = [p for p in desc.pairs.values() if p.kind in ("nvlink", "xgmi")]
+    counts = {p.links for p in fast}
+    if desc.gpus == 8 and len(fast) == 16 and counts == {1, 2}:
+        return model("V100")
+    if desc.gpus == 8 and len(fast) == 28 and counts == {12}:
+        return model("A100")
+    needs = bool(fast or any(desc.switch_links))
+    if not needs and desc.pcie_gen and all(g for g in desc.pcie_gen):
+        return None
+    what = (f"NV{'/NV'.join(str(c) for c in sorted(counts))} links" if counts else
+            "NVSwitch links" if any(desc.switch_links) else "PCIe links of unknown generation")
+    raise InputError(f"{where}: the file does not say which GPU this is, and {what} do not tell its generation: "
+                     f"give --gpu (one of {', '.join(names())})")
+
+
+def _switch(ports, chosen, links, groups, sources, why: str) -> None:
+    n = len(ports)
+    gbs = [p * chosen.link_gbs for p in ports]
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                links[(i, j)] = Link(i, j, min(gbs[i], gbs[j]), NVLINK_ALPHA, kind="nvlink")
+    for i in range(n):
+        groups.append(Group(f"gpu{i}-out", tuple((i, j) for j in range(n) if j != i), gbs[i]))
+        groups.append(Group(f"gpu{i}-in", tuple((j, i) for j in range(n) if j != i), gbs[i]))
+    sources.append(f"NVSwitch ({why}): a full mesh at the per-GPU port bandwidth ({_ports(ports, chosen)}) plus "
+                   "groups gpuI-out / gpuI-in of one port each, as the library's a100/h100 (synth modelling choice)")
+
+
+def _ports(ports, chosen) -> str:
+    distinct = sorted(set(ports))
+    return ", ".join(f"{p} links x {chosen.link_gbs:g} = {p * chosen.link_gbs:g} GB/s" for p in distinct)
+
+
+def _pcie_pairs(desc: MachineDescription, links) -> list[tuple[int, int]]:
+    """GPU pairs joined over PCIe: all of them when nothing faster exists, else only pairs in
+    different islands of the fast links."""
+    n = desc.gpus
+    if not links:
+        return [(i, j) for i in range(n) for j in range(i + 1, n)]
+    island = list(range(n))
+
+    def find(x):
+        while island[x] != x:
+            island[x] = island[island[x]]
+            x = island[x]
+        return x
+
+    for a, b in links:
+        island[find(a)] = find(b)
+    return [(i, j) for i in range(n) for j in range(i + 1, n) if find(i) != find(j)]
+
+
+def _pcie(desc, pairs, chosen, where, links, groups, sources, cpu) -> None:
+    n = desc.gpus
+    gen = [(desc.pcie_gen[i] if i < len(desc.pcie_gen) and desc.pcie_gen[i] else None) or
+           (chosen.pcie if chosen else None) for i in range(n)]
+    width = [(desc.pcie_width[i] if i < len(desc.pcie_width) and desc.pcie_width[i] else None) or 16
+             for i in range(n)]
+    if any(g is None or g not in PCIE_X16_GBS for g in gen):
+        raise InputError(f"{where}: the PCIe generation of some GPUs is unknown: give --gpu")
+    bw = [PCIE_X16_GBS[gen[i]] * width[i] / 16 for i in range(n)]
+    used = set()
+    for i, j in pairs:
+        for a, b in ((i, j), (j, i)):
+            links[(a, b)] = Link(a, b, min(bw[a], bw[b]), PCIE_ALPHA, kind="pcie")
+            used.add((a, b))
+    for i in range(n):
+        out = tuple(sorted(l for l in used if l[0] == i))
+        if out:
+            groups.append(Group(f"gpu{i}-pcie-out", out, bw[i]))
+            groups.append(Group(f"gpu{i}-pcie-in", tuple(sorted((b, a) for a, b in out)), bw[i]))
+    level = {}
+    for (i, j), path in desc.pairs.items():
+        level[(i, j)] = level[(j, i)] = path.level
+    switch = _clusters(n, level, ("PIX", "PXB"))
+    for k, members in enumerate(c for c in switch if len(c) > 1):
+        up = tuple(sorted(l for l in used if l[0] in members and l[1] not in members))
+        if up:
+            gbs = min(bw[m] for m in members)
+            groups.append(Group(f"pcieswitch{k}-up", up, gbs))
+            groups.append(Group(f"pcieswitch{k}-down", tuple(sorted((b, a) for a, b in up)), gbs))
+    nodes = _clusters(n, level, ("PIX", "PXB", "PHB", "NODE"))
+    sys_gbs = SYS_GBS[cpu or DEFAULT_SYS]
+    crossings = 0
+    for a, ca in enumerate(nodes):
+        for b, cb in enumerate(nodes):
+            cross = tuple(sorted(l for l in used if l[0] in ca and l[1] in cb))
+            if a != b and cross:
+                groups.append(Group(f"cpu{a}-to-cpu{b}", cross, sys_gbs))
+                crossings += 1
+    sources.append(f"{len(pairs)} GPU pairs over PCIe: gen{'/'.join(sorted({str(g) for g in gen}))} x"
+                   f"{'/'.join(sorted({str(w) for w in width}))}, alpha {PCIE_ALPHA} us (NVLink's 0.7 us x NCCL's "
+                   "PCIe/NVLink per-hop latency ratio 1.0/0.6, reference/nccl-model.md); " + PCIE_SOURCE)
+    sources.append(f"PCIe sharing from the path types: {len([c for c in switch if len(c) > 1])} PCIe switch(es) "
+                   f"(PIX/PXB), {len(nodes)} NUMA node(s) (NODE), {crossings} CPU-interconnect crossing group(s) "
+                   f"(SYS) at {sys_gbs:g} GB/s per direction (NCCL topo.h {cpu or DEFAULT_SYS} figure)")
+
+
+def _clusters(n: int, level, close) -> list[frozenset[int]]:
+    """GPUs grouped by 'path type in ``close``' (transitively); unknown levels join nothing."""
+    seen, out = set(), []
+    for start in range(n):
+        if start in seen:
+            continue
+        todo, members = [start], {start}
+        while todo:
+            x = todo.pop()
+            for y in range(n):
+                if y not in members and level.get((x, y)) in close:
+                    members.add(y)
+                    todo.append(y)
+        seen |= members
+        out.append(frozenset(members))
+    return out
+
+
+def _nics(desc: MachineDescription, chosen, nic_gbps, sources) -> tuple[Nic, ...]:
+    if not desc.nics:
+        return ()
+    nearest_of = []
+    idle = []
+    for nic in desc.nics:
+        known = [(PCIE_LEVELS.index(l), g) for g, l in enumerate(nic.levels) if l in PCIE_LEVELS and g < desc.gpus]
+        nearest = min((k for k, _ in known), default=None)
+        if nearest is None or PCIE_LEVELS[nearest] == "SYS":
+            idle.append(nic.name)
+            continue
+        nearest_of.append((nic, frozenset(g for k, g in known if k == nearest)))
+    # NICs whose nearest GPUs overlap form one cluster; clusters have disjoint GPUs
+    clusters: list[tuple[set, list]] = []
+    for nic, gpus in nearest_of:
+        joined = [c for c in clusters if c[0] & gpus]
+        merged = (set(gpus).union(*(c[0] for c in joined)), [x for c in joined for x in c[1]] + [nic])
+        clusters = [c for c in clusters if not c[0] & gpus] + [merged]
+    per_gpu: dict[int, list] = defaultdict(list)
+    shared: list[tuple[tuple[int, ...], object]] = []
+    for gpus, nics in clusters:
+        ordered = sorted(gpus)
+        if len(nics) >= len(ordered):
+            for k, nic in enumerate(nics):
+                per_gpu[ordered[k % len(ordered)]].append(nic)
+        else:
+            for k, nic in enumerate(nics):
+                part = ordered[k * len(ordered) // len(nics):(k + 1) * len(ordered) // len(nics)]
+                shared.append((tuple(part), nic))
+    speeds = []
+
+    def gbs(nic) -> float:
+        if nic_gbps:
+            rate, why = nic_gbps, "--nic-gbps"
+        elif nic.gbps:
+            rate, why = nic.gbps, "the file"
+        else:
+            rate = chosen.nic_gbps if chosen else 100.0
+            why = f"assumed: the usual NIC of {chosen.name} machines" if chosen else "assumed"
+        speeds.append((rate, why))
+        return rate * max(1, nic.ports) / 8
+
+    out = [Nic("+".join(n.name for n in nics), (g,), sum(gbs(n) for n in nics), NIC_ALPHA)
+           for g, nics in sorted(per_gpu.items())]
+    out += [Nic(nic.name, ranks, gbs(nic), NIC_ALPHA) for ranks, nic in shared]
+    rates = sorted(set(speeds))
+    sources.append(f"NICs: {len(out)} serving GPUs ({', '.join(f'{r:g} Gb/s ({w})' for r, w in rates)}; "
+                   f"GB/s = Gb/s x ports / 8), alpha {NIC_ALPHA} us (library NIC alpha, reference/hardware.md); each "
+                   "serves the GPUs at its nearest path type" + (f"; not near any GPU (SYS only), left out: "
+                                                                 f"{', '.join(idle)}" if idle else ""))
+    return tuple(sorted(out, key=lambda nic: nic.ranks))
