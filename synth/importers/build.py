@@ -12,7 +12,8 @@
   islands (bridged pairs), which PCIe joins so that collectives stay possible.
 - **PCIe**: links of the GPU's PCIe generation and width; groups for what the traffic shares:
   each GPU's own link (``gpuI-pcie-out/in``), each PCIe switch's uplink (GPUs at PIX/PXB of each
-  other), and the CPU-to-CPU interconnect between NUMA nodes (SYS), at NCCL's model figures.
+  other), each host bridge's (PHB), and the CPU-to-CPU interconnect between NUMA nodes (SYS), at
+  NCCL's model figures.
 - **NICs**: each NIC serves the GPUs closest to it (its nearest path type, unless that is SYS:
   such a NIC serves no GPU, e.g. a storage pair); NICs that share the same GPUs are dealt out to
   them one by one (a GPU with several gets their sum), so every GPU reaches the fabric through at
@@ -154,13 +155,17 @@ def _pcie(desc, pairs, chosen, where, links, groups, sources, cpu) -> None:
     for (i, j), path in desc.pairs.items():
         level[(i, j)] = level[(j, i)] = path.level
     switch = _clusters(n, level, ("PIX", "PXB"))
-    for k, members in enumerate(c for c in switch if len(c) > 1):
-        up = tuple(sorted(l for l in used if l[0] in members and l[1] not in members))
-        if up:
-            gbs = min(bw[m] for m in members)
-            groups.append(Group(f"pcieswitch{k}-up", up, gbs))
-            groups.append(Group(f"pcieswitch{k}-down", tuple(sorted((b, a) for a, b in up)), gbs))
-    nodes = _clusters(n, level, ("PIX", "PXB", "PHB", "NODE"))
+    bridges = [c for c in _clusters(n, level, ("PIX", "PXB", "PHB")) if c not in switch]
+    for prefix, clusters in (("pcieswitch", switch), ("hostbridge", bridges)):
+        for k, members in enumerate(c for c in clusters if len(c) > 1):
+            up = tuple(sorted(l for l in used if l[0] in members and l[1] not in members))
+            if up:  # what leaves the switch (host bridge) shares its one uplink (root port)
+                gbs = min(bw[m] for m in members)
+                groups.append(Group(f"{prefix}{k}-up", up, gbs))
+                groups.append(Group(f"{prefix}{k}-down", tuple(sorted((b, a) for a, b in up)), gbs))
+    numa = tuple(desc.numa) + (None,) * (n - len(desc.numa))
+    nodes = _clusters(n, level, ("PIX", "PXB", "PHB", "NODE"),
+                      lambda x, y: numa[x] is not None and numa[x] == numa[y])  # one CPU: NODE or same NUMA
     sys_gbs = SYS_GBS[cpu or DEFAULT_SYS]
     crossings = 0
     for a, ca in enumerate(nodes):
@@ -173,12 +178,14 @@ def _pcie(desc, pairs, chosen, where, links, groups, sources, cpu) -> None:
                    f"{'/'.join(sorted({str(w) for w in width}))}, alpha {PCIE_ALPHA} us (NVLink's 0.7 us x NCCL's "
                    "PCIe/NVLink per-hop latency ratio 1.0/0.6, reference/nccl-model.md); " + PCIE_SOURCE)
     sources.append(f"PCIe sharing from the path types: {len([c for c in switch if len(c) > 1])} PCIe switch(es) "
-                   f"(PIX/PXB), {len(nodes)} NUMA node(s) (NODE), {crossings} CPU-interconnect crossing group(s) "
+                   f"(PIX/PXB) and {len([c for c in bridges if len(c) > 1])} host bridge(s) (PHB) with GPUs behind "
+                   f"them share one uplink each; {len(nodes)} NUMA node(s) (NODE), {crossings} CPU-interconnect crossing group(s) "
                    f"(SYS) at {sys_gbs:g} GB/s per direction (NCCL topo.h {cpu or DEFAULT_SYS} figure)")
 
 
-def _clusters(n: int, level, close) -> list[frozenset[int]]:
-    """GPUs grouped by 'path type in ``close``' (transitively); unknown levels join nothing."""
+def _clusters(n: int, level, close, together=lambda x, y: False) -> list[frozenset[int]]:
+    """GPUs grouped by 'path type in ``close``, or ``together``' (transitively); unknown levels join
+    nothing."""
     seen, out = set(), []
     for start in range(n):
         if start in seen:
@@ -187,7 +194,7 @@ def _clusters(n: int, level, close) -> list[frozenset[int]]:
         while todo:
             x = todo.pop()
             for y in range(n):
-                if y not in members and level.get((x, y)) in close:
+                if y not in members and (level.get((x, y)) in close or together(x, y)):
                     members.add(y)
                     todo.append(y)
         seen |= members

@@ -118,6 +118,8 @@ def test_pcie_machines_show_their_sharing(tmp_path):
     assert {l.bandwidth for l in adroit.links} == {31.5}  # gen4 x16
     rtx = _import(tmp_path, "nvsmi-rtx4090-8gpu-pcie-1.txt")
     assert len(rtx.links) == 56 and {l.kind for l in rtx.links} == {"pcie"}
+    crossing = {g.name: len(g.links) for g in rtx.groups if g.name.startswith("cpu")}
+    assert crossing == {"cpu0-to-cpu1": 16, "cpu1-to-cpu0": 16}  # SYS everywhere, but NUMA says two CPUs
     mi50 = _import(tmp_path, "rocm-mi50-4gpu-pcie-1.txt")
     assert {l.kind for l in mi50.links} == {"pcie"}
     mi300a = _import(tmp_path, "rocm-mi300a-1.txt")
