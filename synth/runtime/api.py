@@ -91,7 +91,7 @@ class ScheduledCollective:
                           async_op=False):
         if self.collective == "alltoallv":
             self._expect("alltoallv", async_op)
-            self._check_splits(input, output_split_sizes, input_split_sizes, group)
+            self._check_splits(input, output, output_split_sizes, input_split_sizes, group)
         else:
             self._expect("alltoall", async_op)
             if output_split_sizes is not None or input_split_sizes is not None:
@@ -156,8 +156,8 @@ class ScheduledCollective:
             raise ValueError(f"{self.runnable.source} is a {self.collective} rooted at rank {self.runnable.root}, "
                              f"not {root}")
 
-    def _check_splits(self, input, output_splits, input_splits, group) -> None:
-        rank, chunk = dist.get_rank(group), self._chunk(input, group)
+    def _check_splits(self, input, output, output_splits, input_splits, group) -> None:
+        rank, chunk = dist.get_rank(group), self._chunk(input, output, group)
         splits = self.runnable.binding.splits
         n = len(splits)
         want_in = [splits[rank][d] * chunk for d in range(n)]
@@ -167,13 +167,18 @@ class ScheduledCollective:
             raise ValueError(f"split sizes differ from the traffic matrix the schedule was made for: rank {rank} "
                              f"sends {want_in} and receives {want_out} elements at {chunk} per chunk")
 
-    def _chunk(self, input, group) -> int:
+    def _chunk(self, input, output, group) -> int:
+        """Elements per chunk, from the input (or, for a rank that sends nothing, the output)."""
         rank = dist.get_rank(group)
-        chunks = len(self.runnable.binding.input_chunks(rank))
-        if chunks == 0 or input.numel() % chunks:
-            raise ValueError(f"rank {rank}'s input of {input.numel()} elements does not split into the "
-                             f"program's {chunks} input chunks")
-        return input.numel() // chunks
+        binding = self.runnable.binding
+        for tensor, chunks, what in ((input, len(binding.input_chunks(rank)), "input"),
+                                     (output, len(binding.output_chunks(rank)), "output")):
+            if chunks:
+                if tensor.numel() % chunks or tensor.numel() == 0:
+                    raise ValueError(f"rank {rank}'s {what} of {tensor.numel()} elements does not split into the "
+                                     f"program's {chunks} {what} chunks")
+                return tensor.numel() // chunks
+        raise ValueError(f"rank {rank} neither sends nor receives anything in {self.runnable.source}")
 
     # -- the run
     def _executor(self, group, op: str, device: torch.device) -> tuple[RankExecutor, object]:
@@ -198,7 +203,7 @@ class ScheduledCollective:
     def _run(self, input: torch.Tensor, output: torch.Tensor, group, op: str) -> None:
         executor, layout = self._executor(group, op, input.device)
         rank = dist.get_rank(group)
-        chunk = self._chunk(input, group)
+        chunk = self._chunk(input, output, group)
         binding = self.runnable.binding
         given = _zero_copy(layout, input, output, chunk, binding.identity, executor.read_only)
         buffers = allocate(layout, chunk, input.dtype, input.device, given, self._scratch)

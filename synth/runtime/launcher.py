@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -343,7 +342,6 @@ def run_joined(runnable: Runnable, options: RunOptions) -> tuple[int, RunResult]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if world != runnable.ranks:
         raise InputError(f"{runnable.source}: the program has {runnable.ranks} ranks but WORLD_SIZE is {world}")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     device = torch.device("cpu")
     if options.backend == "nccl":
         local = int(os.environ.get("LOCAL_RANK", rank))
@@ -367,8 +365,4 @@ def run_joined(runnable: Runnable, options: RunOptions) -> tuple[int, RunResult]
         if faulted:
             break
     fault = next((r.fault for r in rows if r.fault), "")
-    result = RunResult(tuple(rows), fault)
-    if faulted:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    return rank, result
+    return rank, RunResult(tuple(rows), fault)
