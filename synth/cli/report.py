@@ -17,6 +17,11 @@ def add_report_parser(sub) -> None:
     p.add_argument("--time-limit", type=float, default=120.0, help="seconds per solver call (default 120)")
     p.add_argument("--all", action="store_true", help="regenerate every committed report under results/")
     p.add_argument("--force", action="store_true", help="with --all: redo reports that are already there")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --all: run N reports side by side, each in its own process (default 1: one after "
+                        "the other in this process)")
+    p.add_argument("--job-timeout", type=float, metavar="SEC",
+                   help="with --all: stop a report that runs longer and go on with the others")
     p.set_defaults(func=cmd_report)
 
 
@@ -30,13 +35,19 @@ def cmd_report(args) -> int:
     if args.all:
         if args.topology or args.collective or args.from_dir:
             raise InputError("--all takes no TOPO/COLL/--from")
-        path = report_all(args.output or "results", args.force, args.time_limit, say)
+        if args.jobs < 1:
+            raise InputError(f"--jobs must be at least 1, got {args.jobs}")
+        path, failed = report_all(args.output or "results", args.force, args.time_limit, say, jobs=args.jobs,
+                                  job_timeout=args.job_timeout, sizes=args.sizes)
         print(f"wrote {path}", file=sys.stderr)
+        if failed:
+            print(f"synth: error: {len(failed)} report(s) failed: " + "; ".join(failed), file=sys.stderr)
+            return 1
         return 0
     if not args.topology or not args.collective:
         raise InputError("report needs TOPO COLL (or --all)")
-    if args.force:
-        raise InputError("--force applies to --all")
+    if args.force or args.jobs != 1 or args.job_timeout is not None:
+        raise InputError("--force, --jobs and --job-timeout apply to --all")
     out = args.output or f"results/{args.topology}/{args.collective}"
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say)
     for w in doc["fastest"]:

@@ -79,25 +79,68 @@ def prune_extras(evaluations: list) -> list:
 
 
 def report_all(root: str | Path = "results", force: bool = False, time_limit: float = 120.0,
-               say: Say | None = None) -> Path:
-    """Every report of ALL_REPORTS under ``root``; finished ones are kept unless ``force``
-    (so an interrupted run resumes), then ``root/README.md`` indexes them."""
+               say: Say | None = None, jobs: int = 1, job_timeout: float | None = None,
+               reports=ALL_REPORTS, sizes: str = DEFAULT_SIZES) -> tuple[Path, list[str]]:
+    """Every report of ``reports`` under ``root``; finished ones are kept unless ``force`` (so an
+    interrupted run resumes), then ``root/README.md`` indexes them. With ``jobs`` > 1 the reports
+    run side by side, each in its own process (synth.parallel.pool), and their files are written
+    here as each one ends; a report that fails or passes ``job_timeout`` is reported and the others
+    go on. The numbers are those of a serial run; a schedule file may hold another schedule of the
+    same (steps, rounds, chunks) where the SMT search's time-budgeted splits finish in another
+    order under load. Returns (the index, one line per failed report)."""
     from tqdm import tqdm
+
+    from synth.parallel.pool import Job, run_jobs
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(ALL_REPORTS, desc="reports", unit="report", file=sys.stderr)
-    for topology, collective in bar:
-        bar.set_postfix_str(f"{topology} {collective}")
-        folder = root / topology / collective
-        if not force and (folder / "report.json").exists():
-            continue
-        report(topology, collective, folder, time_limit=time_limit, say=lambda line: bar.write(line, file=sys.stderr))
-    write_text_atomic(root / "README.md", index(root))
-    return root / "README.md"
+    pending = [(t, c) for t, c in reports if force or not (root / t / c / "report.json").exists()]
+    bar = tqdm(total=len(pending), desc="reports", unit="report", file=sys.stderr)
+    failed: list[str] = []
+
+    def finished(outcome) -> None:
+        topology, collective = outcome.key.split(" ", 1)
+        if outcome.ok:
+            _write_files(root / topology / collective, outcome.value)
+        else:
+            failed.append(f"{outcome.key}: {outcome.error}")
+            bar.write(f"{outcome.key}: FAILED: {outcome.error}", file=sys.stderr)
+        bar.update(1)
+
+    work = [Job(f"{t} {c}", "synth.report.runner:report_files", (t, c, time_limit, sizes)) for t, c in pending]
+    run_jobs(work, workers=jobs, timeout=job_timeout, done=finished)
+    bar.close()
+    write_text_atomic(root / "README.md", index(root, reports))
+    return root / "README.md", failed
 
 
-def index(root: Path) -> str:
+def report_files(topology: str, collective: str, time_limit: float = 120.0,
+                 sizes: str = DEFAULT_SIZES) -> dict[str, bytes]:
+    """One report made in a private folder: relative path -> bytes (what a job sends back)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="synth-report-") as tmp:
+        say = lambda line: print(f"[{topology} {collective}] {line}", file=sys.stderr, flush=True)  # noqa: E731
+        report(topology, collective, tmp, sizes, None, time_limit, say)
+        return {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
+
+
+def _write_files(folder: Path, files: dict[str, bytes]) -> None:
+    """Write a report's files into ``folder``, each atomically (temp file, then rename)."""
+    import os
+    import tempfile
+
+    for rel, data in files.items():
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+
+
+def index(root: Path, reports=ALL_REPORTS) -> str:
     """results/README.md: one row per report, with the winner at 1 KB, 1 MB and 1 GB."""
     lines = ["# Results", "",
              "Regenerate with `synth report --all` (resumes: finished reports are kept; `--force` redoes them).",
@@ -108,7 +151,7 @@ def index(root: Path) -> str:
              "| topology | collective | fastest @1K | fastest @1M | fastest @1G | synthesized vs NCCL @1K / 1M / 1G "
              "| synthesized vs best baseline @1G |",
              "|---|---|---|---|---|---|---|"]
-    for topology, collective in ALL_REPORTS:
+    for topology, collective in reports:
         path = root / topology / collective / "report.json"
         if not path.exists():
             continue

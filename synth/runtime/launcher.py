@@ -23,6 +23,7 @@ from datetime import timedelta
 from multiprocessing.connection import wait
 
 from synth.core.errors import InputError
+from synth.parallel.pool import exit_text
 from synth.runtime.measure import Agreement, RunOptions, SizeReport, run_rank
 from synth.runtime.runnable import Runnable
 
@@ -221,7 +222,7 @@ class World:
                 self.procs[rank].join(0.1)
                 self.gone.add(rank)
                 self.conns[rank] = None
-                yield rank, "dead", _exit_text(self.procs[rank].exitcode)
+                yield rank, "dead", exit_text(self.procs[rank].exitcode)
                 continue
             try:
                 kind, _, payload = item.recv()
@@ -316,17 +317,6 @@ def _context(mp):
         ctx.set_forkserver_preload(["torch", "torch.distributed", "synth.runtime.measure"])
         return ctx
     return mp.get_context("spawn")
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 # ---------------------------------------------------------------------- joining torchrun

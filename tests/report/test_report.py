@@ -104,24 +104,60 @@ def test_report_bad_input_is_one_line_exit_2(args, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("synth: error:")
 
 
+SMALL = (("ring:4", "allgather"), ("ring:4", "broadcast"))
+
+
 def test_report_all_resumes_and_indexes(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "ALL_REPORTS", (("ring:4", "allgather"), ("ring:4", "broadcast")))
     calls = []
     real = runner.report
 
-    def counting(topology, collective, out, **kwargs):
+    def counting(topology, collective, out, *args, **kwargs):
         calls.append((topology, collective))
-        return real(topology, collective, out, sizes="1K,1M", **kwargs)
+        return real(topology, collective, out, *args, **kwargs)
 
     monkeypatch.setattr(runner, "report", counting)
-    index = runner.report_all(tmp_path, time_limit=30)
-    assert len(calls) == 2
+    index, failed = runner.report_all(tmp_path, time_limit=30, reports=SMALL, sizes="1K,1M")
+    assert len(calls) == 2 and failed == []
     text = index.read_text()
     assert "[allgather](ring:4/allgather/report.md)" in text and "broadcast" in text
-    runner.report_all(tmp_path, time_limit=30)  # everything is there: nothing is redone
+    runner.report_all(tmp_path, time_limit=30, reports=SMALL, sizes="1K,1M")  # everything is there: nothing redone
     assert len(calls) == 2
-    runner.report_all(tmp_path, force=True, time_limit=30)
+    runner.report_all(tmp_path, force=True, time_limit=30, reports=SMALL, sizes="1K,1M")
     assert len(calls) == 4
+
+
+def _numbers(folder):
+    """Every report's JSON without the wall-clock fields, and every schedule file, under ``folder``."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if "seconds" not in k}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+
+    reports = {str(p.relative_to(folder)): strip(json.loads(p.read_text())) for p in folder.rglob("report.json")}
+    schedules = {str(p.relative_to(folder)): strip(json.loads(p.read_text()))
+                 for p in folder.rglob("schedules/*.json")}
+    return reports, schedules
+
+
+def test_report_all_on_two_processes_equals_the_serial_run(tmp_path):
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    _, failed = runner.report_all(serial, time_limit=30, reports=SMALL, sizes="1K,1M")
+    assert failed == []
+    _, failed = runner.report_all(parallel, time_limit=30, reports=SMALL, sizes="1K,1M", jobs=2)
+    assert failed == []
+    reports, schedules = _numbers(serial)
+    assert reports == _numbers(parallel)[0] and reports  # every figure of every report
+    assert set(schedules) == set(_numbers(parallel)[1])  # the same schedules (by name: S, R, C or algorithm)
+    assert (parallel / "README.md").read_text() == (serial / "README.md").read_text()
+
+
+def test_a_failing_report_is_reported_and_the_others_go_on(tmp_path):
+    reports = (("ring:4", "allgather"), ("ring:4", "nonsense"))
+    _, failed = runner.report_all(tmp_path, time_limit=30, reports=reports, sizes="1K", jobs=2)
+    assert len(failed) == 1 and failed[0].startswith("ring:4 nonsense:")
+    assert (tmp_path / "ring:4" / "allgather" / "report.json").is_file()
 
 
 def test_greedy_extras_are_kept_only_where_they_win(full4_report):
