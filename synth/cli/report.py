@@ -20,6 +20,9 @@ def add_report_parser(sub) -> None:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="with --all: run N reports side by side, each in its own process (default 1: one after "
                         "the other in this process)")
+    p.add_argument("--ray", metavar="ADDRESS", help="with --all: run the reports on a Ray cluster (auto, "
+                                                    "ray://HOST:10001, or local for a private instance; needs "
+                                                    "pip install 'synth[ray]')")
     p.add_argument("--job-timeout", type=float, metavar="SEC",
                    help="with --all: stop a report that runs longer and go on with the others")
     p.set_defaults(func=cmd_report)
@@ -38,7 +41,7 @@ def cmd_report(args) -> int:
         if args.jobs < 1:
             raise InputError(f"--jobs must be at least 1, got {args.jobs}")
         path, failed = report_all(args.output or "results", args.force, args.time_limit, say, jobs=args.jobs,
-                                  job_timeout=args.job_timeout, sizes=args.sizes)
+                                  job_timeout=args.job_timeout, sizes=args.sizes, ray=args.ray)
         print(f"wrote {path}", file=sys.stderr)
         if failed:
             print(f"synth: error: {len(failed)} report(s) failed: " + "; ".join(failed), file=sys.stderr)
@@ -46,8 +49,8 @@ def cmd_report(args) -> int:
         return 0
     if not args.topology or not args.collective:
         raise InputError("report needs TOPO COLL (or --all)")
-    if args.force or args.jobs != 1 or args.job_timeout is not None:
-        raise InputError("--force, --jobs and --job-timeout apply to --all")
+    if args.force or args.jobs != 1 or args.job_timeout is not None or args.ray:
+        raise InputError("--force, --jobs, --ray and --job-timeout apply to --all")
     out = args.output or f"results/{args.topology}/{args.collective}"
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say)
     for w in doc["fastest"]:

@@ -75,7 +75,7 @@ def cmd_run(args) -> int:
     if importlib.util.find_spec("torch") is None:
         raise InputError(f"synth run needs PyTorch, which is not installed: {TORCH_HINT}")
     from synth.runtime.data import dtype_of
-    from synth.runtime.launcher import World, launched_by_torchrun, run_joined
+    from synth.runtime.launcher import World, launched_by_torchrun, leave_joined, run_joined
     from synth.runtime.measure import RunOptions
 
     dtype = dtype_of(args.dtype)
@@ -90,10 +90,13 @@ def cmd_run(args) -> int:
         _check_gpus(runnable.ranks, launched_by_torchrun())
     options = RunOptions(sizes=sizes, dtype=args.dtype, iters=args.iters, warmup=args.warmup,
                          timeout=args.timeout, vs_torch=args.vs_torch, backend=args.backend, executor=args.executor)
-    if launched_by_torchrun():
+    joined = launched_by_torchrun()
+    if joined:
         rank, result = run_joined(runnable, options)
         if rank != 0:
-            return EXIT_OK if result.correct else EXIT_INVALID
+            code = EXIT_OK if result.correct else EXIT_INVALID
+            leave_joined(result, code)
+            return code
     else:
         with World(runnable.ranks, args.backend, args.timeout) as world:
             result = world.run(runnable, options)
@@ -104,10 +107,12 @@ def cmd_run(args) -> int:
         for line in header + table(runnable, options, result):
             print(line)
     sys.stdout.flush()
+    code = EXIT_OK if result.correct else EXIT_INVALID
     if not result.correct:
         print(f"synth: error: {args.file}: {result.fault or 'the result differs from torch'}", file=sys.stderr)
-        return EXIT_INVALID
-    return EXIT_OK
+    if joined:
+        leave_joined(result, code)
+    return code
 
 
 def _check_memory(runnable, sizes, dtype) -> None:

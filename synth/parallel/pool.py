@@ -66,10 +66,15 @@ def _child(job: Job, conn) -> None:
 
 
 def run_jobs(jobs: Sequence[Job], workers: int = 1, timeout: float | None = None,
-             done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Every job's Outcome, in the order given; ``done`` is called as each one ends."""
+             done: Callable[[Outcome], None] | None = None, ray: str | None = None) -> list[Outcome]:
+    """Every job's Outcome, in the order given; ``done`` is called as each one ends. ``ray``: run
+    them on the Ray cluster at that address instead (synth.parallel.ray_pool)."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    if ray is not None:
+        from synth.parallel.ray_pool import run_jobs_on_ray
+
+        return run_jobs_on_ray(jobs, ray, timeout, done)
     done = done or (lambda outcome: None)
     if workers == 1 and timeout is None:
         out = []

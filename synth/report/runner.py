@@ -80,12 +80,13 @@ def prune_extras(evaluations: list) -> list:
 
 def report_all(root: str | Path = "results", force: bool = False, time_limit: float = 120.0,
                say: Say | None = None, jobs: int = 1, job_timeout: float | None = None,
-               reports=ALL_REPORTS, sizes: str = DEFAULT_SIZES) -> tuple[Path, list[str]]:
+               reports=ALL_REPORTS, sizes: str = DEFAULT_SIZES, ray: str | None = None) -> tuple[Path, list[str]]:
     """Every report of ``reports`` under ``root``; finished ones are kept unless ``force`` (so an
     interrupted run resumes), then ``root/README.md`` indexes them. With ``jobs`` > 1 the reports
     run side by side, each in its own process (synth.parallel.pool), and their files are written
     here as each one ends; a report that fails or passes ``job_timeout`` is reported and the others
-    go on. The numbers are those of a serial run; a schedule file may hold another schedule of the
+    go on; with ``ray`` (an address) they run on that Ray cluster instead. The numbers are those of
+    a serial run; a schedule file may hold another schedule of the
     same (steps, rounds, chunks) where the SMT search's time-budgeted splits finish in another
     order under load. Returns (the index, one line per failed report)."""
     from tqdm import tqdm
@@ -108,7 +109,7 @@ def report_all(root: str | Path = "results", force: bool = False, time_limit: fl
         bar.update(1)
 
     work = [Job(f"{t} {c}", "synth.report.runner:report_files", (t, c, time_limit, sizes)) for t, c in pending]
-    run_jobs(work, workers=jobs, timeout=job_timeout, done=finished)
+    run_jobs(work, workers=jobs, timeout=job_timeout, done=finished, ray=ray)
     bar.close()
     write_text_atomic(root / "README.md", index(root, reports))
     return root / "README.md", failed

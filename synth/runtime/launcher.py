@@ -49,6 +49,7 @@ class RunResult:
 
     rows: tuple[SizeRow, ...]
     fault: str = ""
+    broken: bool = False  # a rank was stuck, failed, died or went silent: its process group cannot be trusted
 
     @property
     def correct(self) -> bool:
@@ -281,9 +282,10 @@ class World:
             fault = f"rank {first} failed: {errors[first]}"
         elif timed_out:
             fault = fault or f"rank(s) {_ranks(stopped)} did not finish within the {options.timeout:g} s timeout; stopped"
-        if fault or stopped:
+        broken = bool(dead or errors or timed_out or stopped) or any(r.faulted for rs in by_size.values() for r in rs)
+        if fault or stopped or broken:
             self.close()
-        return RunResult(tuple(rows), fault)
+        return RunResult(tuple(rows), fault, broken)
 
     def close(self) -> None:
         """Stop every worker (politely, then by force) and forget them."""
@@ -355,4 +357,22 @@ def run_joined(runnable: Runnable, options: RunOptions) -> tuple[int, RunResult]
         if faulted:
             break
     fault = next((r.fault for r in rows if r.fault), "")
-    return rank, RunResult(tuple(rows), fault)
+    return rank, RunResult(tuple(rows), fault, faulted)
+
+
+def leave_joined(result: RunResult, code: int) -> None:
+    """End this rank of a torchrun launch: after a clean run every rank meets once more and the
+    process group is destroyed (a rank that exits first would otherwise close connections under
+    the others); after a fault the process exits at once with ``code`` (a broken group's
+    destructors can abort the process)."""
+    import sys
+
+    import torch.distributed as dist
+
+    if not result.broken:
+        dist.barrier()
+        dist.destroy_process_group()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

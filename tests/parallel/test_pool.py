@@ -41,3 +41,21 @@ def test_serial_runs_in_this_process():
     assert outcome.value == os.getpid()
     with pytest.raises(ValueError):
         run_jobs([], workers=0)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("ray") is None, reason="needs the ray extra")
+def test_a_small_sweep_on_a_local_ray_instance(tmp_path):
+    from synth.report import runner
+
+    jobs = [Job("good", "math:factorial", (5,)), Job("bad", "math:sqrt", (-1.0,)), Job("slow", "time:sleep", (60,))]
+    good, bad, slow = run_jobs(jobs, ray="local", timeout=8)
+    assert good.ok and good.value == 120
+    assert not bad.ok and bad.error == "ValueError: math domain error"
+    assert not slow.ok and "timed out" in slow.error
+    small = (("ring:4", "allgather"),)
+    _, failed = runner.report_all(tmp_path / "ray", time_limit=30, reports=small, sizes="1K,1M", ray="local")
+    _, serial_failed = runner.report_all(tmp_path / "serial", time_limit=30, reports=small, sizes="1K,1M")
+    assert failed == serial_failed == []
+    from tests.report.test_report import _numbers
+
+    assert _numbers(tmp_path / "ray")[0] == _numbers(tmp_path / "serial")[0]

@@ -54,3 +54,24 @@ def test_synth_run_joins_a_torchrun_launch(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [l.split() for l in done.stdout.splitlines() if l and not l.startswith("#")]
     assert len(rows) == 2 and all(r[-1] == "yes" for r in rows)  # one table, printed by rank 0 only
+
+
+def test_a_stuck_program_under_torchrun_ends_with_one_line(tmp_path):
+    import time
+    from dataclasses import replace
+
+    from synth.exporters.program_json import program_to_dict
+    from synth.runtime.runnable import load_runnable
+
+    program = load_runnable(str(ROOT / "tests" / "golden" / "ring4_allgather.program.json")).program
+    gpu = program.gpus[3]
+    tb = replace(gpu.threadblocks[0], ops=tuple(op for op in gpu.threadblocks[0].ops if op.type != "s"))
+    broken = replace(program, gpus=program.gpus[:3] + (replace(gpu, threadblocks=(tb,) + gpu.threadblocks[1:]),))
+    path = tmp_path / "broken.program.json"
+    path.write_text(json.dumps(program_to_dict(broken)))
+    start = time.monotonic()
+    done = _torchrun("-m", "synth", "run", str(path), "--force", "--timeout", "3", "--iters", "0", timeout=120)
+    assert time.monotonic() - start < 90
+    assert done.returncode != 0
+    lines = [l for l in done.stderr.splitlines() if l.startswith("synth: error:")]
+    assert len(lines) == 1 and "stuck" in lines[0] and "waits for data from rank 3" in lines[0]
