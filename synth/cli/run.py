@@ -36,7 +36,8 @@ def add_run_parser(sub) -> None:
     p.add_argument("--iters", type=int, default=10, help="timed iterations per size (default 10; 0: check only)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations before them (default 2)")
     p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds one size may take before the run is declared stuck (default 60)")
+                   help="seconds one execution (the checked run, each timed one) may take before the run is "
+                        "declared stuck (default 60)")
     p.add_argument("--force", action="store_true", help="run a program our checker finds wrong, to see what happens")
     p.add_argument("--inplace", action="store_true", help="run the in-place variant (default: out of place "
                                                           "where the program has it)")
