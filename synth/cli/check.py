@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from synth.core.errors import EXIT_INVALID, EXIT_OK, InputError
+from synth.msccl.files import read_program_file
 from synth.msccl.load_rules import PROFILES, check_profile, check_program, ok
 from synth.program.ir import Program
 from synth.program.replay import ReplayResult, replay
@@ -41,31 +41,6 @@ def runtimes(values: list[str] | None) -> list[str]:
     return [name for name in PROFILES if name in names]
 
 
-def load(path: str) -> tuple[Program, object | None]:
-    """(program, parsed XML or None for a synth.program JSON file); InputError if unreadable."""
-    from synth.msccl.xml_reader import read_xml_file
-
-    if Path(path).suffix in (".json", ".gz"):
-        return _load_json(path), None
-    parsed = read_xml_file(path)
-    if not parsed.algo_count:
-        raise InputError(f"{path}: no <algo> element: not an MSCCL algorithm file")
-    cut = next((x for x in parsed.lexical if x.truncated), None)
-    if cut is not None:
-        raise InputError(f"{path}: line {cut.line}: the file ends early: {cut.message}")
-    return parsed.program, parsed
-
-
-def _load_json(path: str) -> Program:
-    from synth.core.io import read_json
-
-    try:
-        from synth.exporters.program_json import program_from_dict
-    except ImportError:
-        raise InputError(f"{path}: reading synth.program JSON files is not available in this build") from None
-    return program_from_dict(read_json(path), where=str(path))
-
-
 @dataclass(frozen=True)
 class CheckReport:
     """``doc``: the --json document; ``replay``: the replay result; ``summary``: one line about the program."""
@@ -77,7 +52,7 @@ class CheckReport:
 
 def report(path: str, names: list[str]) -> CheckReport:
     """Check ``path`` against the profiles ``names`` and replay it."""
-    program, parsed = load(path)
+    program, parsed = read_program_file(path)
     profiles = {}
     for name in names:
         found = check_profile(parsed, PROFILES[name]) if parsed is not None else check_program(program, PROFILES[name])

@@ -86,25 +86,25 @@ class Runnable:
 def load_runnable(path: str, inplace: bool | None = None, root: int | None = None) -> Runnable:
     """The Runnable in ``path`` (a synth.schedule, synth.program JSON or MSCCL XML file); InputError
     (one line naming the file) when it cannot be read or has nothing torch could compare it with."""
+    from pathlib import Path
+
     from synth.core.io import read_bytes, read_json
+    from synth.msccl.files import read_program_file
 
-    head = read_bytes(path)[:4096].lstrip()
-    if head[:1] in (b"{", b"["):
-        doc = read_json(path)
-        fmt = doc.get("format") if isinstance(doc, dict) else None
-        if fmt == "synth.schedule":
-            from synth.core.io import schedule_from_doc
+    suffix = Path(path).suffix
+    if suffix == ".xml" or (suffix not in (".json", ".gz") and read_bytes(path)[:4096].lstrip()[:1] not in (b"{", b"[")):
+        return runnable_from_program(read_program_file(path)[0], path, "msccl-xml", inplace, root)
+    doc = read_json(path)  # .json, .json.gz (results/ ships big schedules gzipped), or JSON by content
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    if fmt == "synth.schedule":
+        from synth.core.io import schedule_from_doc
 
-            return runnable_from_schedule(schedule_from_doc(doc, path), path, inplace, root)
-        if fmt == "synth.program":
-            from synth.exporters.program_json import program_from_dict
+        return runnable_from_schedule(schedule_from_doc(doc, path), path, inplace, root)
+    if fmt == "synth.program":
+        from synth.exporters.program_json import program_from_dict
 
-            return runnable_from_program(program_from_dict(doc, where=str(path)), path, "program", inplace, root)
-        raise InputError(f"{path}: 'format' must be 'synth.schedule' or 'synth.program', got {fmt!r}")
-    from synth.cli.check import load as load_xml
-
-    program, _ = load_xml(path)
-    return runnable_from_program(program, path, "msccl-xml", inplace, root)
+        return runnable_from_program(program_from_dict(doc, where=str(path)), path, "program", inplace, root)
+    raise InputError(f"{path}: 'format' must be 'synth.schedule' or 'synth.program', got {fmt!r}")
 
 
 def runnable_from_schedule(schedule: Schedule, source: str, inplace: bool | None = None,

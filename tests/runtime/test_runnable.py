@@ -99,3 +99,9 @@ def test_precheck_finds_a_broken_program():
                      + r.program.gpus[1:])
     verdict = precheck(replace(r, program=broken))
     assert verdict.correct is False and verdict.first_problem
+
+
+def test_gzipped_schedules_load_as_results_ship_them():
+    path = Path(__file__).resolve().parents[2] / "results" / "h100x16" / "allgather" / "schedules"
+    r = load_runnable(str(path / "allgather.h100x16.ring.schedule.json.gz"))
+    assert (r.kind, r.collective, r.ranks) == ("schedule", "allgather", 128)
