@@ -29,18 +29,24 @@ from collections import defaultdict
 
 from synth.core.errors import InvalidScheduleError
 from synth.core.schedule import Schedule, Send, Step, rounds_needed
+from synth.core.orbits import Quotient
 from synth.cost import step_loads
+from synth.orbit_cost import step_loads as orbit_step_loads
 from synth.verify import verify
 
 _TOL = 1e-9
 
 
-def hoist_sends(schedule: Schedule, size: float) -> Schedule:
-    """``schedule`` with alpha-critical sends moved earlier where that is faster at ``size``."""
+def hoist_sends(schedule: Schedule, size: float, quotient: Quotient | None = None) -> Schedule:
+    """``schedule`` with alpha-critical sends moved earlier where that is faster at ``size``.
+
+    With a ``quotient``, ``schedule`` holds the representative sends of a symmetric schedule:
+    a representative moves with all its images (legal in the full schedule exactly when it is
+    for the representative) and times are the full schedule's."""
     if schedule.collective.combining or len(schedule.steps) < 2:
         return schedule
     steps = [list(step.sends) for step in schedule.steps]
-    best = _time(schedule, steps, size)
+    best = _time(schedule, steps, size, quotient)
     state = _available(schedule, steps)  # recounted only when a move is kept
     moved = 0
     for k in range(1, len(steps)):
@@ -48,23 +54,24 @@ def hoist_sends(schedule: Schedule, size: float) -> Schedule:
             trial = _moved(steps, state, k, group)
             if trial is None:
                 continue
-            took = _time(schedule, trial, size)
+            took = _time(schedule, trial, size, quotient)
             if took < best - _TOL * max(1.0, best):
                 steps, best, moved = trial, took, moved + len(group)
                 state = _available(schedule, steps)
     if not moved:
         return schedule
-    out = _rebuild(schedule, steps).with_meta(hoisted=moved)
+    out = _rebuild(schedule, steps, quotient).with_meta(hoisted=moved)
     problems = verify(out)
     if problems:
         raise InvalidScheduleError(f"hoisting broke the schedule: {problems[0]}")
     return out
 
 
-def _time(schedule: Schedule, steps: list[list[Send]], size: float) -> float:
+def _time(schedule: Schedule, steps: list[list[Send]], size: float, quotient: Quotient | None) -> float:
     """Step-model time at ``size`` under the fastest runtime protocol there."""
-    return step_loads(Schedule(schedule.topology, schedule.collective,
-                               tuple(Step(tuple(s), None) for s in steps if s))).best(size)[1]
+    trial = Schedule(schedule.topology, schedule.collective, tuple(Step(tuple(s), None) for s in steps if s))
+    loads = step_loads(trial) if quotient is None else orbit_step_loads(quotient, trial)
+    return loads.best(size)[1]
 
 
 def _critical_groups(schedule: Schedule, sends: list[Send]) -> list[list[Send]]:
@@ -112,8 +119,9 @@ def _moved(steps: list[list[Send]], state: tuple[dict, dict], k: int, group: lis
     return trial
 
 
-def _rebuild(schedule: Schedule, steps: list[list[Send]]) -> Schedule:
+def _rebuild(schedule: Schedule, steps: list[list[Send]], quotient: Quotient | None) -> Schedule:
     topo = schedule.topology
-    rebuilt = tuple(Step(tuple(sorted(s, key=lambda x: (x.chunk, x.src, x.dst, x.op))), rounds_needed(topo, s))
+    rounds = (lambda s: rounds_needed(topo, s)) if quotient is None else quotient.rounds_needed
+    rebuilt = tuple(Step(tuple(sorted(s, key=lambda x: (x.chunk, x.src, x.dst, x.op))), rounds(s))
                     for s in steps if s)
     return Schedule(topo, schedule.collective, rebuilt, schedule.meta)

@@ -57,6 +57,11 @@ def solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit: fl
     rows, cols, vals = (np.asarray(a) for a in coo)
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
+    if len(rows) > 1:  # repeated (row, column) entries add up (HiGHS refuses duplicates)
+        first = np.concatenate(([True], (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])))
+        if not first.all():
+            vals = np.add.reduceat(np.asarray(vals, dtype=float), np.flatnonzero(first))
+            rows, cols = rows[first], cols[first]
     col_upper = np.asarray(col_upper, dtype=float)
     row_lower = np.asarray(row_lower, dtype=float)
     row_upper = np.asarray(row_upper, dtype=float)

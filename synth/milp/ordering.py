@@ -16,6 +16,11 @@ and rounded to whole sends. The weights carry the schedule's long-range goals:
 
 Candidates are pruned to the best few per link before the LP (the LP stays small at 128 GPUs).
 
+With a ``Quotient`` (the sketch's symmetry, ``synth.core.orbits``) the state holds the
+representative chunks only and every limit is per link orbit and per group class: a step of
+representative sends stands for all their images, and the LP grows with the orbits, not the
+ranks. The weights are the full schedule's (a rank's outstanding need is that of its orbit).
+
 >>> from synth.core.generators import ring
 >>> from synth.core.collectives import allgather
 >>> from synth.verify import verify
@@ -35,6 +40,7 @@ from synth.milp.lp import solve_lp_solution
 from synth.milp.finish import finish_assignment, groups_of
 from synth.core.collective import Collective
 from synth.core.errors import InputError
+from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
 from synth.verify import verify
@@ -75,12 +81,16 @@ def order_sends(
     progress: Callable[[int, int], None] | None = None,
     max_steps: int | None = None,
     block: int = 1,
+    quotient: Quotient | None = None,
 ) -> Schedule:
     """A verified one-round-per-step schedule for a non-combining collective.
 
     ``block`` > 1: a rank forwards only what it held when the current block of ``block`` steps
     began, so every block can be merged into one step of ``block`` rounds by the timing stage
-    (alpha paid once per block instead of once per round).
+    (alpha paid once per block instead of once per round). With a ``quotient`` of this
+    topology and collective the result holds the representative sends (its collective is
+    ``quotient.rep_collective``; ``quotient.expand`` gives the full schedule) and each step's
+    full loads fit one round.
     """
     if not isinstance(block, int) or block < 1:
         raise InputError(f"block must be a positive integer, got {block!r}")
@@ -89,7 +99,14 @@ def order_sends(
     if not topology.rounds_apply:
         raise InputError(f"{topology.name}: capacities are not whole numbers; the router needs them")
     collective.check_on(topology)
-    state = _State.start(topology, collective, rules)
+    if quotient is None:
+        quotient = Quotient.of(topology, collective, [])
+    elif quotient.topology is not topology or quotient.collective is not collective:
+        raise InputError("order_sends: the quotient is of another topology or collective")
+    symmetric = quotient.order > 1
+    if symmetric:
+        collective = quotient.rep_collective
+    state = _State.start(topology, collective, rules, quotient)
     limit = max_steps or 8 * (collective.chunks + topology.ranks) + 64
     steps: list[Step] = []
     while state.need.any():
@@ -112,6 +129,10 @@ def order_sends(
     problems = verify(schedule)
     if problems:
         raise RuntimeError(f"ordering built an invalid schedule (a bug): {problems[0]}")
+    if symmetric:
+        over = next((i for i, step in enumerate(steps) if quotient.rounds_needed(step.sends) != 1), None)
+        if over is not None:
+            raise RuntimeError(f"ordering: step {over}'s images overload a link or group (a bug)")
     return schedule
 
 
@@ -121,24 +142,27 @@ class _State:
 
     topology: Topology
     rules: OrderingRules
-    holds: np.ndarray        # [rank, chunk] bool
+    quotient: Quotient
+    holds: np.ndarray        # [rank, chunk] bool (chunks: the quotient's representatives)
     need: np.ndarray         # [rank, chunk] bool: in post, not yet held
     src: np.ndarray          # [link]
     dst: np.ndarray          # [link]
-    cap: np.ndarray          # [link] chunks per round
+    orbit: np.ndarray        # [link] its link orbit: the resource its capacity counts on
+    cap: np.ndarray          # [orbit] chunks per round
     cross: np.ndarray        # [link] joins two machines
     machine: np.ndarray      # [rank]
-    group_rows: list[np.ndarray]  # per link: indices of its groups
-    group_cap: np.ndarray
-    dist: np.ndarray         # [rank, rank] hops over allowed links
+    group_rows: list[np.ndarray]  # per orbit: the group classes a send on it loads (repeated per unit)
+    group_cap: np.ndarray    # [group class]
+    rank_orbit: np.ndarray   # [rank] number of its rank orbit
     carry_mask: np.ndarray   # [link, chunk] bool
-    used: np.ndarray         # [link] sends so far
+    used: np.ndarray         # [orbit] sends so far
     intra_peers: list[list[int]]  # per rank: its intra-machine destinations, in rotation order
     sendable: np.ndarray | None = None  # [rank, chunk]: held when the current block began
     _in_cap: np.ndarray | None = None
+    _dist: np.ndarray | None = None
 
     @classmethod
-    def start(cls, topo: Topology, coll: Collective, rules: OrderingRules) -> "_State":
+    def start(cls, topo: Topology, coll: Collective, rules: OrderingRules, quotient: Quotient) -> "_State":
         ranks, chunks = topo.ranks, coll.chunks
         holds = np.zeros((ranks, chunks), dtype=bool)
         post = np.zeros((ranks, chunks), dtype=bool)
@@ -148,9 +172,10 @@ class _State:
         src = np.array([l.src for l in topo.links], dtype=np.int64)
         dst = np.array([l.dst for l in topo.links], dtype=np.int64)
         machine = np.array(topo.machine_of, dtype=np.int64)
-        group_index = {g.name: i for i, g in enumerate(topo.groups)}
-        group_rows = [np.array([group_index[g.name] for g in topo.groups_of_link.get(l.key, ())], dtype=np.int64)
-                      for l in topo.links]
+        res = quotient.resources
+        orbits = res.orbit_count
+        group_rows = [np.array([r - orbits for r, k in row if r >= orbits for _ in range(k)], dtype=np.int64)
+                      for row in res.of_orbit]
         origin = _origins(coll, ranks)
         carry_mask = np.ones((len(topo.links), chunks), dtype=bool)
         for i, allowed_origins in enumerate(rules.carries):
@@ -163,14 +188,28 @@ class _State:
                 peers[l.src].append(l.dst)
         for r in range(ranks):  # rotation order: the next ranks after r, wrapping around
             peers[r].sort(key=lambda d, r=r: (d - r) % ranks)
+        _, rank_orbit = np.unique(quotient.ranks.min(axis=0), return_inverse=True)
         return cls(
-            topology=topo, rules=rules, holds=holds, need=post & ~holds, src=src, dst=dst,
-            cap=np.array([topo.link_capacity(l) for l in topo.links], dtype=float),
+            topology=topo, rules=rules, quotient=quotient, holds=holds, need=post & ~holds, src=src, dst=dst,
+            orbit=quotient.link_orbit, cap=res.capacity[:orbits].copy(),
             cross=machine[src] != machine[dst], machine=machine, group_rows=group_rows,
-            group_cap=np.array([topo.group_capacity(g) for g in topo.groups], dtype=float),
-            dist=_hop_matrix(ranks, src[rules.allowed], dst[rules.allowed]),
-            carry_mask=carry_mask, used=np.zeros(len(topo.links)), intra_peers=peers,
+            group_cap=res.capacity[orbits:].copy(), rank_orbit=rank_orbit.astype(np.int64),
+            carry_mask=carry_mask, used=np.zeros(orbits), intra_peers=peers,
         )
+
+    @property
+    def dist(self) -> np.ndarray:
+        """[rank, rank] hops over allowed links (computed on first use: relays only)."""
+        if self._dist is None:
+            allowed = self.rules.allowed
+            self._dist = _hop_matrix(self.holds.shape[0], self.src[allowed], self.dst[allowed])
+        return self._dist
+
+    def full_need(self) -> np.ndarray:
+        """[rank]: chunks the rank still needs in the full schedule: by symmetry, what the
+        representatives still need at every rank of its orbit."""
+        per_rank = self.need.sum(axis=1).astype(float)
+        return np.bincount(self.rank_orbit, weights=per_rank)[self.rank_orbit]
 
     # ------------------------------------------------------------------ one step
     def step_sends(self, index: int, solver: str) -> list[Send]:
@@ -179,7 +218,7 @@ class _State:
         if len(links) == 0:
             return []
         weight = self._weights(links, chunks, index)
-        keep = _prune(links, weight, np.maximum(PRUNE_FACTOR * self.cap, PRUNE_MIN))
+        keep = _prune(self.orbit[links], weight, np.maximum(PRUNE_FACTOR * self.cap, PRUNE_MIN))
         links, chunks, weight = links[keep], chunks[keep], weight[keep]
         take = self._assign(links, chunks, weight, solver)
         return [Send(int(c), int(self.src[l]), int(self.dst[l])) for l, c in zip(links[take], chunks[take])]
@@ -197,9 +236,9 @@ class _State:
         needed_key = need_ranks * self.holds.shape[1] + need_chunks
         if not np.isin(needed_key, write_key).all():
             return None  # some rank needs a chunk no neighbour holds yet
-        if not (self.need.sum(axis=1) <= self._in_capacity()).all():
+        if not (self.full_need() <= self._in_capacity()).all():
             return None  # some rank cannot take all it needs in one round
-        plan = finish_assignment(links, chunks, write_key, needed_key, self.cap, self.group_rows,
+        plan = finish_assignment(self.orbit[links], chunks, write_key, needed_key, self.cap, self.group_rows,
                                  self.group_cap, solver)
         if plan is None:
             return None
@@ -214,25 +253,43 @@ class _State:
         itself; a group passes at most its capacity, a link at most its own."""
         if self._in_cap is not None:
             return self._in_cap
+        topo = self.topology
         ranks = self.holds.shape[0]
+        group_index = {g.name: i for i, g in enumerate(topo.groups)}
+        group_cap = [topo.group_capacity(g) for g in topo.groups]
+        into: list[list[int]] = [[] for _ in range(ranks)]
+        for i, b in enumerate(self.dst.tolist()):
+            into[b].append(i)
         total = np.zeros(ranks)
+        first = self._first_of_orbit()
         for b in range(ranks):
-            mine = np.nonzero(self.dst == b)[0]
+            lead = int(first[self.rank_orbit[b]])
+            if lead != b:  # alike by symmetry (without one every rank is its own orbit)
+                total[b] = total[lead]
+                continue
+            rows = {i: [group_index[g.name] for g in topo.groups_of_link.get(topo.links[i].key, ())] for i in into[b]}
             share: dict[int, int] = {}
-            for i in mine:
-                for g in self.group_rows[i]:
-                    share[int(g)] = share.get(int(g), 0) + 1
+            for groups in rows.values():
+                for g in groups:
+                    share[g] = share.get(g, 0) + 1
             charged: dict[int, float] = {}
-            for i in mine:
-                groups = [int(g) for g in self.group_rows[i]]
+            for i, groups in rows.items():
+                cap = topo.link_capacity(topo.links[i])
                 if not groups:
-                    total[b] += self.cap[i]
+                    total[b] += cap
                     continue
-                g = max(groups, key=lambda g: (share[g], -self.group_cap[g]))
-                charged[g] = charged.get(g, 0.0) + self.cap[i]
-            total[b] += sum(min(load, self.group_cap[g]) for g, load in charged.items())
+                g = max(groups, key=lambda g: (share[g], -group_cap[g]))
+                charged[g] = charged.get(g, 0.0) + cap
+            total[b] += sum(min(load, group_cap[g]) for g, load in charged.items())
         self._in_cap = total
         return total
+
+    def _first_of_orbit(self) -> np.ndarray:
+        """[rank orbit]: its smallest rank."""
+        first = np.full(int(self.rank_orbit.max()) + 1, -1)
+        for r in range(len(self.rank_orbit) - 1, -1, -1):
+            first[self.rank_orbit[r]] = r
+        return first
 
     def _candidates(self, index: int) -> np.ndarray:
         """[link, chunk]: the sender holds it, the receiver lacks it and needs it or is closer."""
@@ -278,7 +335,7 @@ class _State:
     def _weights(self, links: np.ndarray, chunks: np.ndarray, index: int) -> np.ndarray:
         ranks = self.holds.shape[0]
         dst = self.dst[links]
-        need_left = self.need.sum(axis=1).astype(float)
+        need_left = self.full_need()
         balance = need_left[dst] / max(need_left.max(), 1.0)
         holders = self.holds.sum(axis=0).astype(float)
         rarity = 1.0 - holders[chunks] / ranks
@@ -293,17 +350,19 @@ class _State:
                   + 1.0 * first_entry)
         if self.rules.planned is not None:
             planned = self.rules.planned[links]
-            behind = np.where(planned > 0, 1.0 - self.used[links] / np.maximum(planned, 1.0), 0.0)
+            used = self.used[self.orbit[links]]
+            behind = np.where(planned > 0, 1.0 - used / np.maximum(planned, 1.0), 0.0)
             weight = weight + 0.5 * np.clip(behind, 0.0, 1.0)
         return weight
 
     def _assign(self, links: np.ndarray, chunks: np.ndarray, weight: np.ndarray, solver: str) -> np.ndarray:
         """Max-weight sends within link, group and one-write-per-(rank, chunk) limits."""
         n = len(links)
-        rows, cols = [links], [np.arange(n)]
-        offset = len(self.src)
+        orbits = self.orbit[links]
+        rows, cols = [orbits], [np.arange(n)]
+        offset = len(self.cap)
         group_count = len(self.group_cap)
-        group_index, position = groups_of(links, self.group_rows)
+        group_index, position = groups_of(orbits, self.group_rows)
         rows.append(group_index + offset)
         cols.append(position)
         offset += group_count
@@ -351,18 +410,19 @@ class _State:
         entry_of = np.full(len(links), -1)
         entry_of[np.nonzero(entry)[0]] = entry_row
         take = x > 1 - 1e-6
-        link_left = self.cap - np.bincount(links[take], minlength=len(self.cap))
-        group_index, _ = groups_of(links[take], self.group_rows)
+        orbits = self.orbit[links]
+        link_left = self.cap - np.bincount(orbits[take], minlength=len(self.cap))
+        group_index, _ = groups_of(orbits[take], self.group_rows)
         group_left = self.group_cap - np.bincount(group_index, minlength=len(self.group_cap))
         written = np.zeros(write_row.max() + 1, dtype=bool)
         written[write_row[take]] = True
         entered = np.zeros(len(entry_row) and entry_row.max() + 1, dtype=bool)
         entered[entry_of[take & (entry_of >= 0)]] = True
-        open_ = ~take & ~written[write_row] & (link_left[links] >= 1)
+        open_ = ~take & ~written[write_row] & (link_left[orbits] >= 1)
         for i in np.nonzero(open_)[0][np.lexsort((-weight[open_], -np.round(x[open_], 6)))]:
-            l = links[i]
+            l = orbits[i]
             g = self.group_rows[l]
-            if written[write_row[i]] or link_left[l] < 1 or (len(g) and (group_left[g] < 1).any()):
+            if written[write_row[i]] or link_left[l] < 1 or (len(g) and (group_left[g] < np.bincount(g)[g]).any()):
                 continue
             if entry_of[i] >= 0:
                 if entered[entry_of[i]]:
@@ -371,16 +431,14 @@ class _State:
             take[i] = True
             written[write_row[i]] = True
             link_left[l] -= 1
-            group_left[g] -= 1
+            np.subtract.at(group_left, g, 1)
         return take
 
     def apply(self, sends: list[Send]) -> None:
         for s in sends:
             self.holds[s.dst, s.chunk] = True
             self.need[s.dst, s.chunk] = False
-        index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(self.src, self.dst))}
-        for s in sends:
-            self.used[index[(s.src, s.dst)]] += 1
+        np.add.at(self.used, self.orbit[self.quotient.link_indices(sends)], 1)
 
 
 def _prune(links: np.ndarray, weight: np.ndarray, room: np.ndarray) -> np.ndarray:

@@ -183,6 +183,23 @@ class Sketch:
         perm = _rotation(topology, self.symmetry.machines, self.symmetry.gpus)
         return None if perm == tuple(range(topology.ranks)) else perm
 
+    def symmetry_generators(self, topology: Topology) -> list[tuple[int, ...]]:
+        """Rank permutations that generate the group the router solves by orbits: the
+        rotation's machine part and GPU part when each alone is an automorphism (a larger group,
+        so fewer orbits, and still invariant under the rotation), else the rotation itself;
+        [] without a symmetry."""
+        from synth.core.symmetry import _is_automorphism
+
+        whole = self.rank_rotation(topology)
+        if whole is None:
+            return []
+        sym = self.symmetry
+        parts = [_rotation(topology, sym.machines, 0), _rotation(topology, 0, sym.gpus)]
+        parts = [p for p in parts if p != tuple(range(topology.ranks))]
+        if len(parts) == 2 and all(_is_automorphism(topology, p) for p in parts):
+            return parts
+        return [whole]
+
     def describe(self) -> list[str]:
         """One line per field."""
         intra = self.intra.mode

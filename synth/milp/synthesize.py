@@ -5,6 +5,11 @@ by duality (the non-combining dual on the reversed topology, run backwards), and
 reduce_scatter then allgather. Every stage reports one progress line; the schedule is verified
 before it is returned, and the result carries the bound gap at the sketch's size.
 
+With a symmetry in the sketch every stage after routing works on one representative chunk per
+orbit of the symmetry group (``synth.core.orbits``): the ordering LPs, the timing merge and the
+hoisting see the representatives, with the full schedule's loads; the full schedule is
+expanded once at the end and verified whole.
+
 Status: ``solved`` when the routing MILP was solved (or there was nothing to route: one
 machine); ``timeout`` when the routing MILP stopped at its time limit with an incumbent plan
 (the schedule is valid, the plan is not proven optimal), or without one (the ordering then
@@ -31,6 +36,10 @@ from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.cost import format_size, simulate_us, step_time_us
+from synth.core.orbits import Quotient
+from synth.core.symmetry import chunk_permutation
+from synth.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
+from synth.verify import verify
 from synth.core.errors import InputError
 from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.milp.ordering import OrderingRules, order_sends
@@ -52,6 +61,7 @@ class StageTimes:
     ordering: float
     timing: float
     exact: float = 0.0  # the time-expanded MILP on one small machine
+    verify: float = 0.0  # expanding a symmetric schedule and verifying it whole
 
 
 @dataclass(frozen=True)
@@ -80,18 +90,25 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
                          "them (give links an integer 'capacity')")
     coll = _collective(topology, collective, root, sketch)
     clock = _Clock()
+    generators = sketch.symmetry_generators(topology)
     if coll.name == "allreduce" and coll.combining:
         rs_coll = make_collective("reduce_scatter", topology.ranks, chunks=sketch.chunk_up)
         ag_coll = make_collective("allgather", topology.ranks, chunks=sketch.chunk_up)
-        rs, plan_rs = _reduction(topology, rs_coll, sketch, options, say, clock, "reduce_scatter")
-        ag, plan_ag = _forward(topology, ag_coll, sketch, options, say, clock, "allgather")
-        joined = compose(rs, ag, coll)
+        rs, plan_rs, q_rs = _reduction(topology, rs_coll, sketch, options, say, clock, "reduce_scatter", generators)
+        ag, plan_ag, q_ag = _forward(topology, ag_coll, sketch, options, say, clock, "allgather", generators)
+        quotient = None
+        if q_rs is not None and q_ag is not None:  # chunk c is reduced at, then gathered from, its owner
+            gens = [tuple(g) for g in q_rs.generators]
+            quotient = Quotient.of(topology, coll, gens, [chunk_permutation(rs_coll, g) for g in gens])
+        else:
+            rs, ag = _full(rs, q_rs), _full(ag, q_ag)
+        joined = compose(rs, ag, coll if quotient is None else quotient.rep_collective)
         plans = (plan_rs, plan_ag)
     elif coll.combining:
-        joined, plan = _reduction(topology, coll, sketch, options, say, clock, coll.name)
+        joined, plan, quotient = _reduction(topology, coll, sketch, options, say, clock, coll.name, generators)
         plans = (plan,)
     else:
-        joined, plan = _forward(topology, coll, sketch, options, say, clock, coll.name)
+        joined, plan, quotient = _forward(topology, coll, sketch, options, say, clock, coll.name, generators)
         plans = (plan,)
     exact_line = None
     if _exact_applies(topology, collective):
@@ -101,24 +118,33 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
                            progress=lambda line: None, rotation=sketch.rank_rotation(topology))
         clock.exact += time.perf_counter() - started
         exact_line = _exact_line(found, clock.exact)
-        if found.schedule is not None and found.time_us < step_time_us(joined, sketch.size) - 1e-9:
+        if found.schedule is not None and found.time_us < _time_us(joined, quotient, sketch.size) - 1e-9:
             joined = Schedule(topology, coll if found.schedule.collective.chunks_per_rank == coll.chunks_per_rank
                               else found.schedule.collective, found.schedule.steps, found.schedule.meta)
-            coll = joined.collective
+            coll, quotient = joined.collective, None
             plans = tuple(replace(p, status="single-machine") if p.status != "single-machine" else p for p in plans)
             exact_line += ": kept (faster than the pipelined ordering)"
         else:
             exact_line += ": the pipelined ordering stays (faster or equal)"
-    before = step_time_us(joined, sketch.size)
+    before = _time_us(joined, quotient, sketch.size)
     started = time.perf_counter()
-    timed = merge_steps(joined, sketch.size)  # verifies what it returns: these are the steps we ship
+    timed = merge_steps(joined, sketch.size, quotient=quotient)  # verified (the representatives, with one)
     clock.timing += time.perf_counter() - started
-    took = step_time_us(timed, sketch.size)
-    simulated = simulate_us(timed, sketch.size)
+    took = _time_us(timed, quotient, sketch.size)
+    simulated = simulate_us(timed, sketch.size) if quotient is None else orbit_simulate_us(quotient, timed, sketch.size)
     if exact_line is not None:
         say(exact_line)
     say(f"timing: {len(joined.steps)} -> {len(timed.steps)} steps at {format_size(sketch.size)}: "
         f"{before:.1f} -> {took:.1f} us (event simulation {simulated:.1f} us), {clock.timing:.2f} s")
+    if quotient is not None:
+        started = time.perf_counter()
+        timed = quotient.expand(timed, coll)
+        problems = verify(timed)
+        clock.verify += time.perf_counter() - started
+        if problems:
+            raise RuntimeError(f"the expanded schedule is invalid (a bug): {problems[0]}")
+        say(f"expanded: {len(quotient.reps)} representative chunks x {quotient.order} rotations -> "
+            f"{timed.send_count} sends, verified whole, {clock.verify:.2f} s")
     status = "solved" if all(p.status in ("solved", "single-machine") for p in plans) else "timeout"
     bound = lower_bounds(topology, coll).time_us(sketch.size)
     meta = {
@@ -128,14 +154,16 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         "sketch": sketch.to_dict(),
         "chunks_per_rank": coll.chunks_per_rank,
         "stage_seconds": {"routing": round(clock.routing, 3), "ordering": round(clock.ordering, 3),
-                          "timing": round(clock.timing, 3), "exact": round(clock.exact, 3)},
+                          "timing": round(clock.timing, 3), "exact": round(clock.exact, 3),
+                          "verify": round(clock.verify, 3)},
         "size": sketch.size,
         "time_us": round(took, 4),
         "bound_us": round(bound, 4),
         "percent_of_bound": round(100.0 * bound / took, 2) if took > 0 else 100.0,
     }
     schedule = Schedule(topology, coll, timed.steps, meta)
-    return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact),
+    return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact,
+                                                     clock.verify),
                         sketch.size, took, simulated, bound, plans)
 
 
@@ -145,6 +173,41 @@ class _Clock:
     ordering: float = 0.0
     timing: float = 0.0
     exact: float = 0.0
+    verify: float = 0.0
+
+
+def _time_us(schedule: Schedule, quotient: Quotient | None, size: int) -> float:
+    """Step-model time of ``schedule``, or of the full schedule its representatives stand for."""
+    return step_time_us(schedule, size) if quotient is None else orbit_step_loads(quotient, schedule).time_us(size)
+
+
+def _full(schedule: Schedule, quotient: Quotient | None) -> Schedule:
+    return schedule if quotient is None else quotient.expand(schedule)
+
+
+def _quotient(topology: Topology, coll: Collective, generators, say: Progress, label: str,
+              rotation=None) -> Quotient | None:
+    """The quotient by the sketch's symmetry group, or by its rotation alone when the group is
+    too big: where some element maps a group (a NIC shared by several GPUs) onto itself, a step
+    would have to carry the send and its image through it together, which one round may not
+    fit. None (with a line saying why) when neither applies to this collective."""
+    if not generators:
+        return None
+    tries = [list(generators)]
+    if rotation is not None and [tuple(rotation)] != tries[0]:
+        tries.append([tuple(rotation)])
+    why = None
+    for gens in tries:
+        try:
+            quotient = Quotient.of(topology, coll, gens)
+        except InputError as exc:
+            why = str(exc)
+            continue
+        if quotient.resources.max_multiplicity <= 1:
+            return quotient
+        why = "an element of the symmetry group maps a group of links onto itself"
+    say(f"symmetry ({label}): not used by the ordering: {why}")
+    return None
 
 
 def _collective(topology: Topology, spec: str, root: int | None, sketch: Sketch) -> Collective:
@@ -157,44 +220,56 @@ def _collective(topology: Topology, spec: str, root: int | None, sketch: Sketch)
     return make_collective(spec, topology.ranks, root=root, chunks=sketch.chunk_up)
 
 
-def _forward(topology, coll, sketch, options, say, clock, label) -> tuple[Schedule, RoutePlan]:
+def _forward(topology, coll, sketch, options, say, clock, label,
+             generators=()) -> tuple[Schedule, RoutePlan, Quotient | None]:
     """Routing and ordering of a non-combining collective on ``topology``: one ordering per block
-    length in BLOCKS, each merged by the timing stage, the fastest at the sketch's size kept."""
+    length in BLOCKS, each merged by the timing stage, the fastest at the sketch's size kept.
+    With a quotient (the sketch's symmetry) the schedule returned holds its representatives."""
     started = time.perf_counter()
     plan = route(topology, coll, sketch, options)
     clock.routing += time.perf_counter() - started
     say(_plan_line(label, plan, options))
-    rules = _rules(topology, coll, sketch, plan)
+    quotient = _quotient(topology, coll, list(generators), say, label, sketch.rank_rotation(topology))
+    rules = _rules(topology, coll, sketch, plan, quotient)
     best = None
     tried = []
     for block in BLOCKS:
         started = time.perf_counter()
-        schedule = order_sends(topology, coll, rules, solver=options.solver, block=block)
+        schedule = order_sends(topology, coll, rules, solver=options.solver, block=block, quotient=quotient)
         clock.ordering += time.perf_counter() - started
         started = time.perf_counter()
-        merged = merge_steps(schedule, sketch.size)
-        hoisted = hoist_sends(merged, sketch.size)
+        merged = merge_steps(schedule, sketch.size, quotient=quotient)
+        hoisted = hoist_sends(merged, sketch.size, quotient)
         if hoisted is not merged:  # sends moved earlier: steps may merge further
-            merged = merge_steps(hoisted, sketch.size).with_meta(hoisted=hoisted.meta["hoisted"])
+            merged = merge_steps(hoisted, sketch.size, quotient=quotient).with_meta(hoisted=hoisted.meta["hoisted"])
         clock.timing += time.perf_counter() - started
-        took = step_time_us(merged, sketch.size)
+        took = _time_us(merged, quotient, sketch.size)
         tried.append(f"block {block}: {len(schedule.steps)} rounds -> {len(merged.steps)} steps, {took:.1f} us")
         if best is not None and took >= best[0] - 1e-9:
             break  # longer blocks stopped paying: alpha is no longer what the schedule waits on
         best = (took, block, schedule, merged)
     took, block, schedule, merged = best
+    sends = schedule.send_count if quotient is None else (
+        f"{schedule.send_count} representative sends x {quotient.order} rotations")
     say(f"ordering ({label}): one LP per round, rounds in blocks that merge into one step "
-        f"({'; '.join(tried)}): block {block} kept, {schedule.send_count} sends, {clock.ordering:.2f} s")
-    return merged, plan
+        f"({'; '.join(tried)}): block {block} kept, {sends}, {clock.ordering:.2f} s")
+    return merged, plan, quotient
 
 
-def _reduction(topology, coll, sketch, options, say, clock, label) -> tuple[Schedule, RoutePlan]:
-    """A combining collective as its dual run backwards: route the dual on the reversed topology."""
+def _reduction(topology, coll, sketch, options, say, clock, label,
+               generators=()) -> tuple[Schedule, RoutePlan, Quotient | None]:
+    """A combining collective as its dual run backwards: route the dual on the reversed topology.
+    With a symmetry the schedule returned holds the representatives of ``coll``'s quotient."""
     dual = dual_collective(coll)
-    forward, plan = _forward(topology.reversed(), dual, _ReversedSketch(sketch, topology), options, say, clock,
-                             f"{label} as reversed {dual.name}")
+    forward, plan, dual_quotient = _forward(topology.reversed(), dual, _ReversedSketch(sketch, topology), options,
+                                            say, clock, f"{label} as reversed {dual.name}", generators)
     backwards = dual_schedule(forward)
-    return Schedule(topology, coll, backwards.steps, backwards.meta), plan
+    if dual_quotient is None:
+        return Schedule(topology, coll, backwards.steps, backwards.meta), plan, None
+    quotient = Quotient.of(topology, coll, [tuple(g) for g in dual_quotient.generators])
+    if not np.array_equal(quotient.reps, dual_quotient.reps):
+        raise RuntimeError("the dual's representatives differ from the collective's (a bug)")
+    return Schedule(topology, quotient.rep_collective, backwards.steps, backwards.meta), plan, quotient
 
 
 class _ReversedSketch:
@@ -218,8 +293,12 @@ class _ReversedSketch:
     def rank_rotation(self, reversed_topology):
         return self._sketch.rank_rotation(self._topology)
 
+    def symmetry_generators(self, reversed_topology):
+        return self._sketch.symmetry_generators(self._topology)  # automorphisms of both directions
 
-def _rules(topology: Topology, coll: Collective, sketch, plan: RoutePlan) -> OrderingRules:
+
+def _rules(topology: Topology, coll: Collective, sketch, plan: RoutePlan,
+           quotient: Quotient | None = None) -> OrderingRules:
     machine = topology.machine_of
     origins = sorted({min(pre) for pre in coll.pre})
     allowed = np.ones(len(topology.links), dtype=bool)
@@ -233,6 +312,9 @@ def _rules(topology: Topology, coll: Collective, sketch, plan: RoutePlan) -> Ord
         else:
             carries.append(None)
     planned = np.array(plan.copies, dtype=float) if plan.usable else None
+    if planned is not None and quotient is not None:  # the plan's share per link of an orbit, alike on all
+        per_orbit = np.bincount(quotient.link_orbit, weights=planned) / np.bincount(quotient.link_orbit)
+        planned = per_orbit[quotient.link_orbit]
     return OrderingRules(allowed, tuple(carries), peers=sketch.intra.peer_limit, planned=planned)
 
 

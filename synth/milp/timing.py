@@ -54,6 +54,7 @@ import numpy as np
 
 from synth.cost import simulate_us, step_time_us
 from synth.core.errors import InputError, InvalidScheduleError
+from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.verify import verify
 
@@ -90,10 +91,14 @@ def merge_starts(schedule: Schedule) -> list[int]:
     return starts
 
 
-def merge_steps(schedule: Schedule, size_bytes: float, max_block: int | None = None) -> Schedule:
+def merge_steps(schedule: Schedule, size_bytes: float, max_block: int | None = None,
+                quotient: Quotient | None = None) -> Schedule:
     """The schedule with consecutive steps merged to minimise the step-model time at ``size_bytes``.
 
-    Never slower in the step model than ``schedule`` (keeping every step is a candidate).
+    Never slower in the step model than ``schedule`` (keeping every step is a candidate). With
+    a ``quotient``, ``schedule`` holds the representative sends of a symmetric schedule and the
+    times are the full schedule's (a merge is legal in the full schedule exactly when it is in
+    the representatives: no image of another chunk reads or writes a representative's place).
     The result is verified; a violation raises RuntimeError (a bug), unless the input itself
     was invalid (InvalidScheduleError).
     """
@@ -102,7 +107,7 @@ def merge_steps(schedule: Schedule, size_bytes: float, max_block: int | None = N
     if max_block is not None and (not isinstance(max_block, int) or isinstance(max_block, bool) or max_block < 1):
         raise InputError(f"merge_steps: max_block must be an integer >= 1 or None, got {max_block!r}")
     steps = schedule.steps
-    blocks = _best_partition(schedule, size_bytes, merge_starts(schedule), max_block)
+    blocks = _best_partition(schedule, size_bytes, merge_starts(schedule), max_block, quotient)
     merged = tuple(_merge_block(steps[i:j]) for i, j in blocks)
     timing = {"merged_from": len(steps), "steps": len(merged), "size": size_bytes}
     result = Schedule(schedule.topology, schedule.collective, merged, {**schedule.meta, "timing": timing})
@@ -169,28 +174,22 @@ class _Loads:
     """Every step's load as sparse vectors over the resources (links, then groups) it uses.
 
     ``rows[j] = (idx, cnt, alpha, rate)``: the resources step j uses (unique), its chunks on
-    each, and their alpha and bandwidth (bytes per microsecond; groups have alpha 0).
+    each, and their alpha and bandwidth (bytes per microsecond; groups have alpha 0). With a
+    quotient the resources are its link orbits and group classes and the steps hold the
+    representative sends: the loads are the full schedule's.
     """
 
-    def __init__(self, schedule: Schedule, size_bytes: float):
+    def __init__(self, schedule: Schedule, size_bytes: float, quotient: Quotient | None = None):
         topo, steps = schedule.topology, schedule.steps
-        n, links = topo.ranks, topo.links
-        nl = len(links)
-        link_id = np.full(n * n, -1, dtype=np.int64)
-        for number, link in enumerate(links):
-            link_id[link.src * n + link.dst] = number
-        alpha = np.array([l.alpha for l in links] + [0.0] * len(topo.groups), dtype=np.float64)
-        rate = np.array([l.bandwidth for l in links] + [g.bandwidth for g in topo.groups], dtype=np.float64) * 1e3
-        # link -> groups as CSR (group resources are numbered after the links)
-        of_link: list[list[int]] = [[] for _ in links]
-        for g, group in enumerate(topo.groups):
-            for key in group.links:
-                number = link_id[key[0] * n + key[1]] if 0 <= key[0] < n and 0 <= key[1] < n else -1
-                if number >= 0:
-                    of_link[number].append(nl + g)
-        degree = np.array([len(gs) for gs in of_link], dtype=np.int64)
-        gptr = np.concatenate(([0], np.cumsum(degree)))
-        gidx = np.fromiter(chain.from_iterable(of_link), dtype=np.int64, count=int(gptr[-1]))
+        n = topo.ranks
+        if quotient is None:
+            quotient = Quotient.of(topo, schedule.collective, [])
+        res = quotient.resources
+        ptr, res_of, mult = res.csr()
+        alpha = res.alpha
+        rate = res.bandwidth * 1e3
+        width = res.count
+        orbits = res.orbit_count
 
         sizes = [len(step.sends) for step in steps]
         total = sum(sizes)
@@ -198,32 +197,27 @@ class _Loads:
         dst = np.fromiter((s.dst for step in steps for s in step.sends), dtype=np.int64, count=total)
         step_of = np.repeat(np.arange(len(steps), dtype=np.int64), sizes)
         inside = (src >= 0) & (src < n) & (dst >= 0) & (dst < n)
-        lk = np.where(inside, link_id[np.where(inside, src * n + dst, 0)], -1)
+        lk = np.where(inside, res.link_id[np.where(inside, src * n + dst, 0)], -1)
         if (lk < 0).any():
             bad = int(np.flatnonzero(lk < 0)[0])
             raise InvalidScheduleError(
                 f"merge_steps: step {int(step_of[bad])}: {int(src[bad])}->{int(dst[bad])} is not a link of {topo.name}"
             )
-        width = nl + len(topo.groups)
-        keys, counts = np.unique(step_of * width + lk, return_counts=True)
-        l_step, l_res = np.divmod(keys, width)
-        # expand every (step, link, count) row to the link's groups and add them up
-        deg = degree[l_res]
+        keys, counts = np.unique(step_of * orbits + quotient.link_orbit[lk], return_counts=True)
+        l_step, l_orbit = np.divmod(keys, orbits)
+        # expand every (step, orbit, count) row to the resources it loads and add them up
+        deg = ptr[l_orbit + 1] - ptr[l_orbit]
         rep = np.repeat(np.arange(keys.size), deg)
         within = np.arange(rep.size) - np.repeat(np.cumsum(deg) - deg, deg)
-        g_keys = l_step[rep] * width + gidx[gptr[l_res[rep]] + within]
-        g_keys, inverse = np.unique(g_keys, return_inverse=True)
-        g_counts = np.bincount(inverse, weights=counts[rep].astype(np.float64), minlength=g_keys.size)
-        all_keys = np.concatenate((keys, g_keys))
-        all_counts = np.concatenate((counts.astype(np.float64), g_counts))
-        order = np.argsort(all_keys, kind="stable")
-        all_step, all_res = np.divmod(all_keys[order], width)
-        all_counts = all_counts[order]
+        at = ptr[l_orbit[rep]] + within
+        r_keys, inverse = np.unique(l_step[rep] * width + res_of[at], return_inverse=True)
+        r_counts = np.bincount(inverse, weights=counts[rep] * mult[at], minlength=r_keys.size)
+        all_step, all_res = np.divmod(r_keys, width)
         cuts = np.searchsorted(all_step, np.arange(len(steps) + 1))
         self.rows = []
         for j in range(len(steps)):
             idx = all_res[cuts[j]:cuts[j + 1]]
-            self.rows.append((idx, all_counts[cuts[j]:cuts[j + 1]], alpha[idx], rate[idx]))
+            self.rows.append((idx, r_counts[cuts[j]:cuts[j + 1]], alpha[idx], rate[idx]))
         self.b = size_bytes / schedule.collective.buffer_chunks
         self.counts = np.zeros(width, dtype=np.float64)
 
@@ -241,12 +235,13 @@ class _Loads:
             self.counts[self.rows[j][0]] = 0.0
 
 
-def _best_partition(schedule: Schedule, size_bytes: float, starts: list[int], max_block: int | None):
+def _best_partition(schedule: Schedule, size_bytes: float, starts: list[int], max_block: int | None,
+                    quotient: Quotient | None = None):
     """Blocks [(i, j), ...] (half-open) of least total step-model time; ties to fewer blocks."""
     k = len(schedule.steps)
     if k == 0:
         return []
-    loads = _Loads(schedule, size_bytes)
+    loads = _Loads(schedule, size_bytes, quotient)
     single = []
     for j in range(k):
         single.append(loads.add(j))

@@ -1,0 +1,104 @@
+"""The cost model and the event simulation of a symmetric schedule, from its representatives.
+
+``step_loads(quotient, rep)`` equals ``synth.cost.step_loads(quotient.expand(rep))`` term for
+term (every link and group of an orbit carries the same load, so the distinct terms are those
+of the orbits' representatives); ``simulate_us(quotient, rep, size)`` equals
+``synth.cost.simulate_us(quotient.expand(rep), size)``: ``expand`` orders each step's sends
+representative-major, so every link and group serves its sends in the same order as every
+other of its orbit and the images of a send start, and land, at the same time as it does. That
+needs each group to hold at most one link of any orbit; otherwise the full schedule is
+expanded and simulated. Both cost the representatives only: thousands of sends where the full
+schedule has millions.
+
+>>> from synth.core.library import resolve_topology
+>>> from synth.core.collectives import allgather
+>>> from synth.core.orbits import Quotient
+>>> from synth.core.schedule import Schedule, Send, Step
+>>> from synth.cost import simulate_us as full_simulate, step_time_us
+>>> topo = resolve_topology("ring:4")
+>>> q = Quotient.of(topo, allgather(4), [tuple((r + 1) % 4 for r in range(4))])
+>>> rep = Schedule(topo, q.rep_collective, tuple(Step((Send(0, h, h + 1),)) for h in range(3)))
+>>> full = q.expand(rep)
+>>> step_loads(q, rep).time_us(1 << 20) == step_time_us(full, 1 << 20)
+True
+>>> simulate_us(q, rep, 1 << 20) == full_simulate(full, 1 << 20)
+True
+"""
+
+from __future__ import annotations
+
+from synth.core.errors import InputError
+from synth.core.orbits import Quotient
+from synth.core.schedule import Schedule
+from synth.cost import StepLoads, effective_link, protocol_of, simulate_us as full_simulate_us
+
+
+def step_loads(quotient: Quotient, rep: Schedule) -> StepLoads:
+    """The full schedule's StepLoads, counted on its representative sends."""
+    res = quotient.resources
+    links, groups = [], []
+    for step in rep.steps:
+        used, counts = quotient.loads(quotient.link_indices(step.sends)) if step.sends else ((), ())
+        link_terms: dict = {}
+        group_terms: dict = {}
+        for r, k in zip(list(used), list(counts)):
+            k = int(k)
+            if res.is_group[r]:
+                group_terms[(k, float(res.bandwidth[r]))] = None
+            else:
+                link_terms[(float(res.alpha[r]), res.kind[r], k, float(res.bandwidth[r]))] = None
+        links.append(tuple(link_terms))
+        groups.append(tuple(group_terms))
+    return StepLoads(rep.collective.buffer_chunks, tuple(links), tuple(groups))
+
+
+def simulate_us(quotient: Quotient, rep: Schedule, size_bytes: float, protocol: str = "ideal") -> float:
+    """The event simulation of the full schedule (see the module docstring)."""
+    res = quotient.resources
+    if any(mult > 1 for row in res.of_orbit for _, mult in row):
+        return full_simulate_us(quotient.expand(rep), size_bytes, protocol)
+    proto = protocol_of(protocol)
+    coll = rep.collective
+    b = size_bytes / coll.buffer_chunks
+    bwf = proto.bandwidth_factor
+    links = quotient.topology.links
+    ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(coll.pre) for r in pre}
+    free: dict[int, float] = {}
+    cost: dict[int, tuple[float, float, tuple[tuple[int, float], ...]]] = {}
+    makespan = 0.0
+    for index, step in enumerate(rep.steps):
+        landed: dict[tuple[int, int], list[tuple[float, str]]] = {}
+        orbit_of = quotient.link_orbit[quotient.link_indices(step.sends)].tolist() if step.sends else []
+        for send, o in zip(step.sends, orbit_of):
+            terms = cost.get(o)
+            if terms is None:
+                alpha, bandwidth = effective_link(links[int(quotient.orbit_link[o])], proto)
+                terms = cost[o] = (alpha, b / (bandwidth * 1e3),
+                                   tuple((r, b / (float(res.bandwidth[r]) * bwf * 1e3))
+                                         for r, _ in res.of_orbit[o] if res.is_group[r]))
+            start = ready.get((send.src, send.chunk))
+            if start is None:
+                raise InputError(f"simulate: step {index}: rank {send.src} sends chunk {send.chunk}, "
+                                 "which it does not hold (verify the schedule first)")
+            served = max(start, free.get(o, 0.0)) + terms[1]
+            free[o] = served
+            arrival = served + terms[0]
+            for r, took in terms[2]:
+                done = max(start, free.get(r, 0.0)) + took
+                free[r] = done
+                arrival = max(arrival, done)
+            landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
+            makespan = max(makespan, arrival)
+        for place, writes in landed.items():
+            last = max(t for t, _ in writes)
+            before = ready.get(place)
+            if before is None:
+                ready[place] = last
+            elif all(op == "reduce" for _, op in writes):
+                ready[place] = max(before, last)
+            elif not coll.combining:
+                ready[place] = min(before, last)
+            else:
+                ready[place] = last
+    return makespan + proto.base_us
+
