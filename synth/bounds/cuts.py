@@ -54,8 +54,12 @@ def network_of(topo: Topology) -> Network:
     return hit[1]
 
 
-def cut_limit(topo: Topology, coll: Collective) -> Limit:
+def cut_limit(topo: Topology, coll: Collective, symmetry: np.ndarray | None = None) -> Limit:
+    """The largest cut and reception-set limits. ``symmetry``: rank permutations [element, rank]
+    (automorphisms that preserve the collective and act freely, as a ``Quotient``'s ``ranks``):
+    a candidate that is the image of an earlier one has its value and is skipped."""
     net = network_of(topo)
+    seen = _OrbitKeys(symmetry) if symmetry is not None and len(symmetry) > 1 else None
     names, masks = _candidates(topo)
     classes = Counter(zip(coll.pre, coll.post))
     mult = np.array(list(classes.values()), dtype=float)
@@ -76,6 +80,8 @@ def cut_limit(topo: Topology, coll: Collective) -> Limit:
         variants.append(("rounds", net.capacity, net.group_capacity))
     for i in np.flatnonzero(crossing > 0):
         in_s = masks[i]
+        if seen is not None and not seen.first(in_s):
+            continue
         cut = in_s[net.src] & ~in_s[net.dst]
         for key, values, groups in variants:
             rate, group = cut_rate(net, cut, values, groups)
@@ -83,7 +89,10 @@ def cut_limit(topo: Topology, coll: Collective) -> Limit:
             if x > best[key][0] * (1 + REL):
                 best[key] = (x, names[i] + (f" ({group})" if group else ""))
     if not coll.combining:
+        received = _OrbitKeys(symmetry) if seen is not None else None
         for name, mask, need in _reception_sets(topo, coll):
+            if received is not None and not received.first(mask):
+                continue
             into = mask[net.dst]
             for key, values, groups in variants:
                 rate, group = cut_rate(net, into, values, groups)
@@ -117,6 +126,35 @@ def _reception_sets(topo: Topology, coll: Collective):
         listed = sorted(ranks)
         shown = _names(listed) if len(listed) <= 4 else f"{listed[0]}..{listed[-1]} ({len(listed)} ranks)"
         yield f"receptions of ranks {shown}, the destinations of {group.name}", mask, float(need[mask].sum())
+
+
+class _OrbitKeys:
+    """Which rank sets are images of sets already seen, under a freely acting group.
+
+    A set's key is the least (as bytes) of its images under the elements that take one of
+    its members to the smallest rank of that member's orbit: the same for every set of an
+    orbit, since G acts freely (one such element per member)."""
+
+    def __init__(self, ranks: np.ndarray):
+        self.ranks = np.asarray(ranks)
+        least = self.ranks.min(axis=0)
+        self.to_rep = np.argmax(self.ranks == least[None, :], axis=0)
+        self.keys: set[bytes] = set()
+
+    def first(self, mask: np.ndarray) -> bool:
+        """True the first time a set of its orbit is seen."""
+        n = len(mask)
+        flip = bool(mask.sum() * 2 > n)
+        members = np.flatnonzero(~mask if flip else mask)
+        images = self.ranks[self.to_rep[members]][:, members]
+        rows = np.zeros((len(members), n), dtype=bool)
+        rows[np.arange(len(members))[:, None], images] = True
+        packed = np.packbits(rows, axis=1)
+        key = bytes([flip]) + min(row.tobytes() for row in packed)
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        return True
 
 
 def _membership(sets: list[frozenset[int]], ranks: int) -> np.ndarray:

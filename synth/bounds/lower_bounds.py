@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 
 from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
 from synth.bounds.flow import Demand, flow_lp, flow_variables
@@ -121,14 +122,20 @@ class Bounds:
         return doc
 
 
-def lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int = FLOW_LP_LIMIT) -> Bounds:
-    """Steps, rounds and bandwidth bounds; raises CollectiveError when it cannot run at all."""
+def lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int = FLOW_LP_LIMIT,
+                 symmetry: np.ndarray | None = None) -> Bounds:
+    """Steps, rounds and bandwidth bounds; raises CollectiveError when it cannot run at all.
+
+    ``symmetry``: rank permutations [element, rank] that are automorphisms of the topology,
+    preserve the collective and act freely (a ``synth.core.orbits.Quotient``'s ``ranks``); cut
+    candidates that are images of one another are then evaluated once. The bounds are the same.
+    """
     collective.check_on(topology)
     steps = steps_bound(topology, collective)
     if not _is_allreduce(collective):
-        return _bounds(topology, collective, steps, _limit(topology, collective, max_flow_vars), None)
-    direct = _direct_limit(topology, collective, max_flow_vars)
-    composed = _best(_composition(topology, collective, max_flow_vars), direct)
+        return _bounds(topology, collective, steps, _limit(topology, collective, max_flow_vars, symmetry), None)
+    direct = _direct_limit(topology, collective, max_flow_vars, symmetry)
+    composed = _best(_composition(topology, collective, max_flow_vars, symmetry), direct)
     return _bounds(topology, collective, steps, composed, _bounds(topology, collective, steps, direct, None))
 
 
@@ -158,15 +165,15 @@ def _is_allreduce(coll: Collective) -> bool:
     return coll.combining and coll.ranks > 1 and all(p == everyone for p in coll.pre + coll.post)
 
 
-def _limit(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
+def _limit(topo: Topology, coll: Collective, max_flow_vars: int, symmetry=None) -> Limit:
     if coll.combining and all(len(p) == 1 for p in coll.post):
-        dual = _direct_limit(topo.reversed(), dual_collective(coll), max_flow_vars)
+        dual = _direct_limit(topo.reversed(), dual_collective(coll), max_flow_vars, symmetry)
         return Limit(dual.full, dual.links, dual.rounds, _flip(dual.binding),
                       _flip(dual.rounds_binding), f"{dual.method}, for the dual on the reversed topology")
-    return _direct_limit(topo, coll, max_flow_vars)
+    return _direct_limit(topo, coll, max_flow_vars, symmetry)
 
 
-def _composition(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
+def _composition(topo: Topology, coll: Collective, max_flow_vars: int, symmetry=None) -> Limit:
     """Reduce-scatter then allgather, chunk c owned by rank c // chunks_per_rank."""
     n, per = coll.ranks, coll.chunks_per_rank
     owners = [c // per if coll.chunks == n * per else c % n for c in range(coll.chunks)]
@@ -174,7 +181,7 @@ def _composition(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
     everyone = (frozenset(range(n)),) * coll.chunks
     rs = Collective("reduce_scatter", n, True, everyone, singles, coll.buffer_chunks, None, per)
     ag = Collective("allgather", n, False, singles, everyone, coll.buffer_chunks, None, per)
-    first, second = _limit(topo, rs, max_flow_vars), _limit(topo, ag, max_flow_vars)
+    first, second = _limit(topo, rs, max_flow_vars, symmetry), _limit(topo, ag, max_flow_vars, symmetry)
     rounds = None if first.rounds is None or second.rounds is None else first.rounds + second.rounds
     return Limit(
         first.full + second.full,
@@ -186,8 +193,8 @@ def _composition(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
     )
 
 
-def _direct_limit(topo: Topology, coll: Collective, max_flow_vars: int) -> Limit:
-    cuts = cut_limit(topo, coll)
+def _direct_limit(topo: Topology, coll: Collective, max_flow_vars: int, symmetry=None) -> Limit:
+    cuts = cut_limit(topo, coll, symmetry)
     classes = Counter(zip(coll.pre, coll.post))
     demands = [_demands(pre, post, coll.combining) for pre, post in classes]
     net = network_of(topo)

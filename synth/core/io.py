@@ -154,7 +154,43 @@ def _find(doc: Any, wanted) -> tuple[str, Any]:
 
 
 def dumps(doc: Any) -> str:
-    return json.dumps(doc, indent=1) + "\n"
+    """``json.dumps(doc, indent=1)`` plus a newline; a schedule's steps (millions of sends at
+    scale) are written from templates, byte for byte what the json module would write."""
+    steps = doc.get("steps") if isinstance(doc, dict) else None
+    if not isinstance(steps, list) or not steps or not all(_plain_step(s) for s in steps):
+        return json.dumps(doc, indent=1) + "\n"
+    marker = "\u0000steps\u0000"
+    text = json.dumps({**doc, "steps": marker}, indent=1)
+    return text.replace(json.dumps(marker), _steps_text(steps), 1) + "\n"
+
+
+_SEND_KEYS = ("chunk", "src", "dst", "op")
+_SEND = '\n    {\n     "chunk": %d,\n     "src": %d,\n     "dst": %d,\n     "op": %s\n    }'
+
+
+def _plain_step(step: Any) -> bool:
+    return (isinstance(step, dict) and tuple(step) in (("rounds", "sends"), ("sends",))
+            and isinstance(step["sends"], list) and type(step.get("rounds", 0)) is int)
+
+
+def _steps_text(steps: list) -> str:
+    """The steps list as json.dumps(indent=1) writes it at depth 1 of a document."""
+    parts = []
+    for step in steps:
+        head = "{"
+        if "rounds" in step:
+            head += f'\n   "rounds": {step["rounds"]},'
+        sends = step["sends"]
+        if not sends:
+            body = "[]"
+        elif all(type(x) is dict and tuple(x) == _SEND_KEYS and type(x["chunk"]) is int and type(x["src"]) is int
+                 and type(x["dst"]) is int and type(x["op"]) is str for x in sends):
+            ops = {op: json.dumps(op) for op in {x["op"] for x in sends}}
+            body = "[" + ",".join(_SEND % (x["chunk"], x["src"], x["dst"], ops[x["op"]]) for x in sends) + "\n   ]"
+        else:
+            body = json.dumps(sends, indent=1).replace("\n", "\n   ")
+        parts.append(f'{head}\n   "sends": {body}\n  }}')
+    return "[\n  " + ",\n  ".join(parts) + "\n ]"
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

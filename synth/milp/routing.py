@@ -39,6 +39,7 @@ import pulp
 from synth.milp.solver import MilpOptions, MilpStatus, solve, value
 from synth.core.collective import Collective
 from synth.core.errors import InputError
+from synth.core.orbits import Quotient
 from synth.milp.sketch import Sketch
 from synth.core.topology import Topology
 
@@ -60,101 +61,123 @@ class RoutePlan:
 
 
 def route(topology: Topology, collective: Collective, sketch: Sketch,
-          options: MilpOptions | None = None) -> RoutePlan:
-    """The routing MILP (see the module docstring); never raises on a solver timeout."""
+          options: MilpOptions | None = None, quotient: Quotient | None = None) -> RoutePlan:
+    """The routing MILP (see the module docstring); never raises on a solver timeout.
+
+    ``quotient``: the symmetry group to tie variables by and to write constraints for one
+    representative each (by default the sketch's rotation, or none); the plan is invariant
+    under it.
+    """
     started = time.perf_counter()
-    machine = topology.machine_of
+    machine_of = topology.machine_of
     links = topology.links
     if topology.machine_count < 2:
         return RoutePlan("single-machine", (0,) * len(links), 0.0, 0.0, 0,
                          "one machine: the ordering stage routes over its links step by step")
     options = options or MilpOptions()
+    if quotient is None:
+        quotient = _rotation_quotient(topology, collective, sketch)
     ranks, chunks = topology.ranks, collective.chunks
-    origin = [min(pre) for pre in collective.pre]
+    machine = np.array(machine_of, dtype=np.int64)
+    origin = np.array([min(pre) for pre in collective.pre], dtype=np.int64)
     need = np.zeros((ranks, chunks), dtype=bool)
     for c, (pre, post) in enumerate(zip(collective.pre, collective.post)):
         need[list(set(post) - set(pre)), c] = True
-    cross = [i for i, l in enumerate(links) if machine[l.src] != machine[l.dst]
+    cross = [i for i, l in enumerate(links) if machine_of[l.src] != machine_of[l.dst]
              and sketch.allowed_crossing(topology, l.src, l.dst)]
-    orbit = _orbits(topology, sketch, [links[i].key for i in cross])
+    canon = _Canon(quotient)
+    link_rep = canon.links(cross, links)  # cross link -> its orbit's key
 
-    # demand: chunks of origin o needed somewhere in machine j
+    # demand: chunks of origin o needed somewhere in machine j (o a representative rank)
+    rep_ranks = canon.rep_ranks
     demand: dict[tuple[int, int], int] = {}
-    for c in range(chunks):
-        o = origin[c]
-        for m in {machine[r] for r in np.nonzero(need[:, c])[0]}:
+    for c in np.nonzero(np.isin(origin, rep_ranks))[0]:
+        o = int(origin[c])
+        for m in np.unique(machine[need[:, c]]).tolist():
             if m != machine[o]:
                 demand[(o, m)] = demand.get((o, m), 0) + 1
-    remote_need = np.zeros(ranks)
+    remote = need & (machine[:, None] != machine[origin][None, :])
+    remote_need = remote.sum(axis=1).astype(float)
     total_need = need.sum(axis=1).astype(float)
-    for c in range(chunks):
-        for r in np.nonzero(need[:, c])[0]:
-            if machine[r] != machine[origin[c]]:
-                remote_need[r] += 1
     needs_origin = np.zeros((ranks, ranks), dtype=bool)  # rank a needs chunks of origin o
-    for c in range(chunks):
-        needs_origin[need[:, c], origin[c]] = True
+    for o in np.unique(origin).tolist():
+        needs_origin[:, o] = need[:, origin == o].any(axis=1)
+    origins_of_machine: dict[int, list[int]] = {}
+    for o in np.unique(origin).tolist():
+        origins_of_machine.setdefault(int(machine[o]), []).append(o)
+    wanted = {(o, m) for o in np.unique(origin).tolist() for m in np.unique(machine[needs_origin[:, o]]).tolist()
+              if m != machine[o]}
 
     prob = pulp.LpProblem("routing", pulp.LpMinimize)
     T = prob.add_variable("T", lowBound=0)
-    y_of: dict[int, pulp.LpVariable] = {}
+    y_of: dict[tuple[int, int], pulp.LpVariable] = {}
     for i in cross:
-        rep = orbit[links[i].key]
+        rep = link_rep[i]
         if rep not in y_of:
             y_of[rep] = _var(prob, f"y_{rep[0]}_{rep[1]}", cat="Integer")
-    y = {i: y_of[orbit[links[i].key]] for i in cross}
-    x: dict[tuple[int, int], pulp.LpVariable] = {}
+    y = {i: y_of[link_rep[i]] for i in cross}
     x_orbit: dict[tuple, pulp.LpVariable] = {}
-    perm = sketch.rank_rotation(topology)
-    for i in cross:
+
+    def x_vars(i: int) -> dict[int, pulp.LpVariable]:
+        """origin -> the variable of its first entries over cross link i."""
         l = links[i]
-        for o in {origin[c] for c in range(chunks)}:
-            if machine[o] != machine[l.src] or (o, machine[l.dst]) not in demand:
+        out = {}
+        for o in origins_of_machine.get(machine_of[l.src], ()):
+            if (o, machine_of[l.dst]) not in wanted or not sketch.may_carry_link(topology, l.src, l.dst, o):
                 continue
-            if not sketch.may_carry_link(topology, l.src, l.dst, o):
-                continue
-            key = _orbit_rep((o, l.src, l.dst), perm)
+            key = canon.triple(o, l.src, l.dst)
             if key not in x_orbit:
                 x_orbit[key] = _var(prob, f"x_{key[0]}_{key[1]}_{key[2]}")
-            x[(o, i)] = x_orbit[key]
+            out[o] = x_orbit[key]
+        return out
+
+    into_machine: dict[tuple[int, int], list[int]] = {}  # (source machine, target machine) -> cross links
+    into: dict[int, list[int]] = {}
+    out_of: dict[int, list[int]] = {}
+    for i in cross:
+        l = links[i]
+        into_machine.setdefault((machine_of[l.src], machine_of[l.dst]), []).append(i)
+        into.setdefault(l.dst, []).append(i)
+        out_of.setdefault(l.src, []).append(i)
     for (o, m), count in sorted(demand.items()):
-        terms = [x[(o, i)] for i in cross if (o, i) in x and machine[links[i].dst] == m]
+        terms = [v for i in into_machine.get((machine_of[o], m), ()) for og, v in x_vars(i).items() if og == o]
         if not terms:
             raise InputError(f"sketch: no link it allows may carry rank {o}'s chunks into machine {m} "
                              "(relay mode / carries), but ranks there need them")
         prob += pulp.lpSum(terms) >= count
-    for i in cross:
-        first = [v for (o, j), v in x.items() if j == i]
+    for i in canon.first_of_each(cross, link_rep):
+        first = list(x_vars(i).values())
         if first:
             prob += y[i] >= pulp.lpSum(first)
         prob += y[i] <= topology.link_capacity(links[i]) * T
+    cross_index = {links[i].key: i for i in cross}
+    seen_rows: set = set()
     for g in topology.groups:
-        members = [i for i in cross if links[i].key in set(g.links)]
+        members = [cross_index[k] for k in g.links if k in cross_index]
         if members:
+            row = (tuple(sorted(link_rep[i] for i in members)), topology.group_capacity(g))
+            if row in seen_rows:
+                continue  # the same constraint, up to the symmetry
+            seen_rows.add(row)
             prob += pulp.lpSum(y[i] for i in members) <= topology.group_capacity(g) * T
     in_cap, out_cap = _port_capacities(topology)
-    into: dict[int, list[int]] = {}
-    out_of: dict[int, list[int]] = {}
-    for i in cross:
-        into.setdefault(links[i].dst, []).append(i)
-        out_of.setdefault(links[i].src, []).append(i)
     intra_load = {}
-    for b in range(ranks):
+    for b in rep_ranks.tolist():
         direct = _var(prob, f"direct_{b}", up=float(remote_need[b]))
         if into.get(b):
             prob += direct <= pulp.lpSum(y[i] for i in into[b])
         else:
             prob += direct <= 0
-        relay = [v for (o, i), v in x.items() if links[i].src == b and o != b and not needs_origin[b, o]]
+        relay = [v for i in out_of.get(b, ()) for o, v in x_vars(i).items() if o != b and not needs_origin[b, o]]
         intra_load[b] = float(total_need[b]) - direct + pulp.lpSum(relay)
         prob += intra_load[b] <= in_cap[b] * T
     for m in range(topology.machine_count):
-        members = [b for b in range(ranks) if machine[b] == m]
-        prob += pulp.lpSum(intra_load[b] for b in members) <= sum(out_cap[b] for b in members) * T
+        members = [b for b in range(ranks) if machine_of[b] == m]
+        prob += pulp.lpSum(intra_load[canon.rank_rep(b)] for b in members) <= sum(out_cap[b] for b in members) * T
     prob += T + 1e-4 * pulp.lpSum(y_of.values())
     outcome = solve(prob, options)
     seconds = time.perf_counter() - started
-    count = len(y_of) + len(x_orbit) + ranks + 1
+    count = len(y_of) + len(x_orbit) + len(intra_load) + 1
     if not outcome.has_incumbent:
         status = "unknown" if outcome.status == MilpStatus.TIMEOUT else outcome.status.value
         return RoutePlan(status, (0,) * len(links), 0.0, seconds, count,
@@ -166,27 +189,61 @@ def route(topology: Topology, collective: Collective, sketch: Sketch,
     return RoutePlan(status, tuple(copies), float(value(T)), seconds, count, outcome.message)
 
 
+class _Canon:
+    """Orbit keys under a quotient's group: each rank's representative (its orbit's smallest
+    rank) and the element taking it there, so a tuple of ranks is keyed by its image under
+    the element that takes its first rank to its representative (G acts freely: one such)."""
+
+    def __init__(self, quotient: Quotient):
+        ranks = quotient.ranks
+        self._ranks = ranks
+        least = ranks.min(axis=0)
+        self._least = least
+        self.rep_ranks = np.unique(least)
+        self._to_rep = np.argmax(ranks == least[None, :], axis=0)  # element e with e(r) = least[r]
+
+    def rank_rep(self, r: int) -> int:
+        return int(self._least[r])
+
+    def triple(self, a: int, b: int, c: int) -> tuple[int, int, int]:
+        e = self._to_rep[a]
+        row = self._ranks[e]
+        return int(row[a]), int(row[b]), int(row[c])
+
+    def links(self, cross: list[int], links) -> dict[int, tuple[int, int]]:
+        """cross link index -> key of its orbit (the image of the link with its source at a
+        representative rank)."""
+        src = np.array([links[i].src for i in cross], dtype=np.int64)
+        dst = np.array([links[i].dst for i in cross], dtype=np.int64)
+        e = self._to_rep[src]
+        a = self._ranks[e, src].tolist()
+        b = self._ranks[e, dst].tolist()
+        return {i: (x, y) for i, x, y in zip(cross, a, b)}
+
+    @staticmethod
+    def first_of_each(cross: list[int], key: dict[int, tuple[int, int]]) -> list[int]:
+        seen: set = set()
+        out = []
+        for i in cross:
+            if key[i] not in seen:
+                seen.add(key[i])
+                out.append(i)
+        return out
+
+
+def _rotation_quotient(topology: Topology, collective: Collective, sketch: Sketch) -> Quotient:
+    """The group of the sketch's rotation (trivial without one, or where it does not apply)."""
+    perm = sketch.rank_rotation(topology)
+    if perm is not None:
+        try:
+            return Quotient.of(topology, collective, [perm])
+        except InputError:
+            pass
+    return Quotient.of(topology, collective, [])
+
+
 def _var(prob: pulp.LpProblem, name: str, cat: str = "Continuous", up: float | None = None) -> pulp.LpVariable:
     return prob.add_variable(name, lowBound=0, upBound=up, cat=cat)
-
-
-def _orbits(topology: Topology, sketch: Sketch, keys: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
-    """Each link's orbit representative under the sketch's rotation (itself without one)."""
-    perm = sketch.rank_rotation(topology)
-    return {key: _orbit_rep(key, perm) for key in keys}
-
-
-def _orbit_rep(item: tuple[int, ...], perm: tuple[int, ...] | None) -> tuple[int, ...]:
-    """The smallest image of a tuple of ranks under the powers of ``perm``."""
-    if perm is None:
-        return item
-    best = item
-    current = item
-    while True:
-        current = tuple(perm[r] for r in current)
-        if current == item:
-            return best
-        best = min(best, current)
 
 
 def _port_capacities(topology: Topology) -> tuple[np.ndarray, np.ndarray]:

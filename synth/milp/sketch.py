@@ -172,6 +172,11 @@ class Sketch:
             return True
         return _local(topology, origin) in dict(carries).get(_local(topology, sender), ())
 
+    @property
+    def carries_anything(self) -> bool:
+        """True when ``carries`` restricts nothing (every crossing may carry every chunk)."""
+        return self.relay is None or self.relay.carries == "any"
+
     def may_carry_link(self, topology: Topology, src: int, dst: int, origin: int) -> bool:
         """``may_carry`` for the cross-machine link src->dst (the router asks per link)."""
         return self.may_carry(topology, src, origin)

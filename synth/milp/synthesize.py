@@ -146,7 +146,7 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         say(f"expanded: {len(quotient.reps)} representative chunks x {quotient.order} rotations -> "
             f"{timed.send_count} sends, verified whole, {clock.verify:.2f} s")
     status = "solved" if all(p.status in ("solved", "single-machine") for p in plans) else "timeout"
-    bound = lower_bounds(topology, coll).time_us(sketch.size)
+    bound = lower_bounds(topology, coll, symmetry=None if quotient is None else quotient.ranks).time_us(sketch.size)
     meta = {
         "synthesizer": "milp",
         "status": status,
@@ -226,10 +226,10 @@ def _forward(topology, coll, sketch, options, say, clock, label,
     length in BLOCKS, each merged by the timing stage, the fastest at the sketch's size kept.
     With a quotient (the sketch's symmetry) the schedule returned holds its representatives."""
     started = time.perf_counter()
-    plan = route(topology, coll, sketch, options)
+    quotient = _quotient(topology, coll, list(generators), say, label, sketch.rank_rotation(topology))
+    plan = route(topology, coll, sketch, options, quotient)
     clock.routing += time.perf_counter() - started
     say(_plan_line(label, plan, options))
-    quotient = _quotient(topology, coll, list(generators), say, label, sketch.rank_rotation(topology))
     rules = _rules(topology, coll, sketch, plan, quotient)
     best = None
     tried = []
@@ -287,6 +287,10 @@ class _ReversedSketch:
     def allowed_crossing(self, reversed_topology, src, dst) -> bool:
         return self._sketch.allowed_crossing(self._topology, dst, src)
 
+    @property
+    def carries_anything(self) -> bool:
+        return self._sketch.carries_anything
+
     def may_carry_link(self, reversed_topology, src, dst, origin) -> bool:
         return self._sketch.may_carry(self._topology, dst, origin)
 
@@ -307,6 +311,9 @@ def _rules(topology: Topology, coll: Collective, sketch, plan: RoutePlan,
         crossing = machine[link.src] != machine[link.dst]
         if crossing:
             allowed[i] = sketch.allowed_crossing(topology, link.src, link.dst)
+            if sketch.carries_anything:
+                carries.append(None)
+                continue
             may = frozenset(o for o in origins if sketch.may_carry_link(topology, link.src, link.dst, o))
             carries.append(None if len(may) == len(origins) else may)
         else:
