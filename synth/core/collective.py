@@ -101,16 +101,19 @@ class Collective:
 
     def unreachable(self, topology) -> list[tuple[int, int]]:
         """(chunk, rank) pairs whose postcondition no path in the topology can satisfy."""
-        dist = topology.hop_distances
+        import numpy as np
+
+        reach = np.isfinite(np.array(topology.hop_distances, dtype=float))
+        verdicts: dict[tuple[frozenset[int], frozenset[int]], list[int]] = {}
         bad = []
-        for c, (pre, post) in enumerate(zip(self.pre, self.post)):
-            for rank in sorted(post):
-                if self.combining:
-                    ok = all(dist[h][rank] != float("inf") for h in pre)
-                else:
-                    ok = any(dist[h][rank] != float("inf") for h in pre)
-                if not ok:
-                    bad.append((c, rank))
+        for c, key in enumerate(zip(self.pre, self.post)):
+            if key not in verdicts:  # chunks alike in pre and post (a class) share one verdict
+                pre, post = key
+                targets = sorted(post)
+                rows = reach[np.ix_(sorted(pre), targets)]
+                ok = rows.all(axis=0) if self.combining else rows.any(axis=0)
+                verdicts[key] = [r for r, fine in zip(targets, ok.tolist()) if not fine]
+            bad.extend((c, rank) for rank in verdicts[key])
         return bad
 
     def check_on(self, topology) -> None:

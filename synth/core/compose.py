@@ -20,7 +20,7 @@ from __future__ import annotations
 from synth.core.errors import TopologyError
 from synth.core.topology import Group, Link, Nic, Topology
 
-MAX_LINKS = 1_000_000  # refuse compositions whose link list would be this long
+MAX_LINKS = 2_000_000  # refuse compositions whose link list would be this long (h100x128: 1.05M)
 
 # Library machines without NICs, and the library machine that adds them.
 _NIC_HINTS = {"dgx1": "ndv2"}

@@ -284,15 +284,19 @@ def _check_chunks_preserved(collective: Collective, ranks: np.ndarray, chunks: n
 
 
 def _link_orbits(topology: Topology, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Orbit number of every link (numbered in order of their first link) and each orbit's first link."""
+    """Orbit number of every link (numbered in order of their first link) and each orbit's first link.
+
+    A link's orbit is keyed by its image under the element that takes its source to the
+    smallest rank of the source's orbit (one such element: G acts freely), so no loop runs over
+    the group's elements."""
     n = topology.ranks
-    src = np.array([l.src for l in topology.links], dtype=np.int64)
-    dst = np.array([l.dst for l in topology.links], dtype=np.int64)
-    link_id = np.full(n * n, -1, dtype=np.int64)
-    link_id[src * n + dst] = np.arange(len(src))
-    smallest = np.arange(len(src))
-    for e in range(1, ranks.shape[0]):
-        image = link_id[ranks[e, src].astype(np.int64) * n + ranks[e, dst]]
-        np.minimum(smallest, image, out=smallest)
-    firsts, orbit = np.unique(smallest, return_inverse=True)
-    return orbit.astype(np.int64), firsts.astype(np.int64)
+    src = np.fromiter((l.src for l in topology.links), dtype=np.int64, count=len(topology.links))
+    dst = np.fromiter((l.dst for l in topology.links), dtype=np.int64, count=len(topology.links))
+    least = ranks.min(axis=0).astype(np.int64)
+    to_rep = np.argmax(ranks == least[None, :], axis=0)
+    key = least[src] * n + ranks[to_rep[src], dst].astype(np.int64)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # number orbits by their first link
+    number = np.empty(len(order), dtype=np.int64)
+    number[order] = np.arange(len(order))
+    return number[inverse.ravel()], first[order].astype(np.int64)

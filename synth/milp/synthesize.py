@@ -138,6 +138,8 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         f"{before:.1f} -> {took:.1f} us (event simulation {simulated:.1f} us), {clock.timing:.2f} s")
     if quotient is not None:
         started = time.perf_counter()
+        if timed.send_count * quotient.order > PROGRESS_SENDS:
+            say(f"expanding {timed.send_count} representative sends x {quotient.order} rotations and verifying ...")
         timed = quotient.expand(timed, coll)
         problems = verify(timed)
         clock.verify += time.perf_counter() - started
@@ -165,6 +167,25 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
     return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact,
                                                      clock.verify),
                         sketch.size, took, simulated, bound, plans)
+
+
+PROGRESS_SECONDS = 5.0  # a stage running longer than this reports how far it is, this often
+PROGRESS_SENDS = 200_000  # full schedules this big announce their expansion and verification
+
+
+class _Ticker:
+    """The ordering's progress callback: a line every PROGRESS_SECONDS, none for short runs."""
+
+    def __init__(self, say: Progress, label: str, scale: int):
+        self.say, self.label, self.scale = say, label, scale
+        self.started = self.last = time.perf_counter()
+
+    def __call__(self, rounds: int, needs_left: int) -> None:
+        now = time.perf_counter()
+        if now - self.last >= PROGRESS_SECONDS:
+            self.last = now
+            self.say(f"{self.label}: round {rounds}, {needs_left * self.scale} deliveries left, "
+                     f"{now - self.started:.0f} s")
 
 
 @dataclass
@@ -235,7 +256,9 @@ def _forward(topology, coll, sketch, options, say, clock, label,
     tried = []
     for block in BLOCKS:
         started = time.perf_counter()
-        schedule = order_sends(topology, coll, rules, solver=options.solver, block=block, quotient=quotient)
+        ticker = _Ticker(say, f"ordering ({label}, block {block})", 1 if quotient is None else quotient.order)
+        schedule = order_sends(topology, coll, rules, solver=options.solver, block=block, quotient=quotient,
+                               progress=ticker)
         clock.ordering += time.perf_counter() - started
         started = time.perf_counter()
         merged = merge_steps(schedule, sketch.size, quotient=quotient)

@@ -331,8 +331,12 @@ class SmtInstance(CnfBuilder):
             raise ValueError(f"rounds {rounds} outside {self.steps}..{self.max_rounds}")
         return self._check([self._selector(rounds)], time_limit)
 
-    def solve_split(self, rounds_per_step: tuple[int, ...], time_limit: float | None = None) -> SolveResult:
-        """Is there a schedule with exactly these rounds in each step? (assumptions; exact)"""
+    def solve_split(self, rounds_per_step: tuple[int, ...], time_limit: float | None = None,
+                    rlimit: int | None = None) -> SolveResult:
+        """Is there a schedule with exactly these rounds in each step? (assumptions; exact)
+
+        ``rlimit``: z3's deterministic work budget for this check (TIMEOUT when spent); the
+        answer then depends on the work done, not on how loaded the machine is."""
         if len(rounds_per_step) != self.steps or min(rounds_per_step) < 1:
             raise ValueError(f"need {self.steps} per-step rounds >= 1, got {rounds_per_step}")
         for row, rounds in zip(self.extra, rounds_per_step):
@@ -342,17 +346,22 @@ class SmtInstance(CnfBuilder):
         assumptions = [self._selector(sum(rounds_per_step))]
         for row, rounds in zip(self.extra, rounds_per_step):
             assumptions += [e if k < rounds - 1 else -e for k, e in enumerate(row)]
-        return self._check(assumptions, time_limit)
+        return self._check(assumptions, time_limit, rlimit)
 
-    def _check(self, assumptions: list, time_limit: float | None) -> SolveResult:
+    def _check(self, assumptions: list, time_limit: float | None, rlimit: int | None = None) -> SolveResult:
         started = time.perf_counter()
         self._solver.set("timeout", max(1, int(time_limit * 1000)) if time_limit is not None else 4294967295)
+        self._solver.set("rlimit", int(rlimit) if rlimit else 0)
+        spent_before = _rlimit_count(self._solver)
         verdict = self._solver.check(*[self._ref(lit) for lit in assumptions])
         seconds = time.perf_counter() - started
         if verdict == z3.unsat:
             return SolveResult(Status.INFEASIBLE, None, seconds)
         if verdict == z3.unknown:
             reason = self._solver.reason_unknown()
+            if rlimit and _rlimit_count(self._solver) - spent_before >= rlimit:
+                self._renew_solver()  # the work budget ran out (z3 says "canceled" for it too)
+                return SolveResult(Status.TIMEOUT, None, seconds, "work budget (rlimit) spent")
             if "canceled" in reason or "interrupted" in reason:
                 raise KeyboardInterrupt
             # z3 5.4's incremental SAT core is not trustworthy after an interrupted check (it was
@@ -374,6 +383,15 @@ class SmtInstance(CnfBuilder):
             steps.append(Step(tuple(sorted(chosen[s].values())), 1 + extra))
         meta = {"synthesizer": "smt", "solve_seconds": round(seconds, 4)}
         return Schedule(self.topology, coll, tuple(steps), meta)
+
+
+def _rlimit_count(solver: z3.Solver) -> int:
+    """z3's running work counter ("rlimit count"; 0 before the first check)."""
+    stats = solver.statistics()
+    for key in stats.keys():
+        if key == "rlimit count":
+            return int(stats.get_key_value(key))
+    return 0
 
 
 def _orbits(keys: list, maps: list) -> dict:

@@ -79,7 +79,8 @@ class SmtSession:
         symmetric = self._symmetric_instance(steps, chunks, rounds)
         if symmetric is not None:
             share = None if time_limit is None else time_limit / 3
-            result = _run(symmetric, rounds, every, share)
+            cap = None if share is None else int(share * RLIMIT_PER_SECOND)
+            result = _run(symmetric, rounds, every, share, max_budget=cap)
         if result is None or result.status != Status.SOLVED:
             # the exact search: only splits the LP allows (the others are proven impossible)
             splits = self._feasible_splits(steps, rounds, chunks) if by_splits else None
@@ -123,20 +124,33 @@ class SmtSession:
         return inst
 
 
-def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None) -> SolveResult:
-    """Exact for ``inst``: split by split with growing time budgets (an easy split first),
-    or the whole rounds budget at once when there are too many splits."""
+RLIMIT_START = 2_500_000  # z3 work units of a split's first try (about 0.25 s here: ~10M units a second)
+RLIMIT_PER_SECOND = 10_000_000  # to turn a time share into a work budget, deterministically
+
+
+def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
+         max_budget: int | None = None) -> SolveResult:
+    """Exact for ``inst``: split by split with growing work budgets (an easy split first), or
+    the whole rounds budget at once when there are too many splits.
+
+    The budgets are z3 work units (rlimit), not seconds, so which split answers first, and
+    with which schedule, is the same on a loaded machine as on an idle one (a sweep on many
+    cores gives the serial run's schedules); ``time_limit`` stays the wall-clock safety net
+    (TIMEOUT, "unknown", when it runs out). ``max_budget``: stop with TIMEOUT rather than try
+    a pass with a bigger budget than this."""
     if splits is None:
         return inst.solve(rounds, time_limit)
     started = time.perf_counter()
-    pending, budget = list(splits), 0.25
+    pending, budget = list(splits), RLIMIT_START
     while pending:
+        if max_budget is not None and budget > max_budget:
+            return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "work budget")
         still = []
         for split in pending:
             left = None if time_limit is None else time_limit - (time.perf_counter() - started)
             if left is not None and left <= 0.01:
                 return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "time limit")
-            result = inst.solve_split(split, budget if left is None else min(budget, left))
+            result = inst.solve_split(split, left, rlimit=budget)
             if result.status in (Status.SOLVED, Status.ERROR):
                 return result
             if result.status == Status.TIMEOUT:
