@@ -18,8 +18,8 @@ def add_report_parser(sub) -> None:
     p.add_argument("--all", action="store_true", help="regenerate every committed report under results/")
     p.add_argument("--force", action="store_true", help="with --all: redo reports that are already there")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="with --all: run N reports side by side, each in its own process (default 1: one after "
-                        "the other in this process)")
+                   help="with --all: run N reports side by side, each in its own process; for one report: run "
+                        "the MILP router's size variants side by side (default 1: one after the other in this process)")
     p.add_argument("--ray", metavar="ADDRESS", help="with --all: run the reports on a Ray cluster (auto, "
                                                     "ray://HOST:10001, or local for a private instance; needs "
                                                     "pip install 'synth[ray]')")
@@ -49,10 +49,12 @@ def cmd_report(args) -> int:
         return 0
     if not args.topology or not args.collective:
         raise InputError("report needs TOPO COLL (or --all)")
-    if args.force or args.jobs != 1 or args.job_timeout is not None or args.ray:
-        raise InputError("--force, --jobs, --ray and --job-timeout apply to --all")
+    if args.force or args.job_timeout is not None or args.ray:
+        raise InputError("--force, --ray and --job-timeout apply to --all")
+    if args.jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {args.jobs}")
     out = args.output or f"results/{args.topology}/{args.collective}"
-    doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say)
+    doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say, jobs=args.jobs)
     for w in doc["fastest"]:
         versus = []
         if w.get("nccl_speedup") is not None:

@@ -39,6 +39,9 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--max-chunks", type=int, default=8, help="largest chunks per rank to try (default 8)")
     p.add_argument("--direct", action="store_true",
                    help="allreduce: also search the direct encoding (overlapping reduce/copy trees; slower)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run independent sweeps side by side in N processes (allreduce: its reduce-scatter and "
+                        "allgather frontiers; default 1)")
     p.add_argument("-o", "--output", required=True, help="folder for frontier.json and schedules")
     p.set_defaults(func=cmd_pareto)
 
@@ -177,9 +180,13 @@ def cmd_pareto(args) -> int:
     from synth.core.io import write_frontier
     from synth.smt.strategies import pareto
 
+    from synth.core.errors import InputError
+
+    if args.jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {args.jobs}")
     topo = topology_of(args.topology)
     frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, progress,
-                      direct_allreduce=args.direct)
+                      direct_allreduce=args.direct, jobs=args.jobs)
     path = write_frontier(args.output, frontier)
     for point in frontier.points:
         print(f"(S={point.steps}, R={point.rounds}, C={point.chunks})  rounds/chunk {point.ratio}  "

@@ -56,11 +56,12 @@ class Candidate:
         return self.kind == "nccl"
 
 
-def synthesized(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
-    """SMT frontier points on one small machine, else MILP router results at ROUTER_SIZES."""
+def synthesized(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1) -> list[Candidate]:
+    """SMT frontier points on one small machine, else MILP router results at ROUTER_SIZES
+    (with ``jobs`` > 1 those run side by side, each in its own process: the same results)."""
     if topology.machine_count == 1 and topology.ranks <= SMT_RANKS:
-        return _smt(topology, collective, time_limit, say)
-    return _milp(topology, collective, time_limit, say)
+        return _smt(topology, collective, time_limit, say, jobs)
+    return _milp(topology, collective, time_limit, say, jobs)
 
 
 def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Candidate]:
@@ -85,10 +86,10 @@ def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Cand
     return out
 
 
-def _smt(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
+def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1) -> list[Candidate]:
     from synth.smt.strategies import pareto
 
-    frontier = pareto(topology, collective, time_limit=time_limit, progress=say)
+    frontier = pareto(topology, collective, time_limit=time_limit, progress=say, jobs=jobs)
     out = []
     for point in frontier.points:
         name = schedule_file_name(collective, topology.name, point.steps, point.rounds, point.chunks)
@@ -97,16 +98,24 @@ def _smt(topology: Topology, collective: str, time_limit: float, say: Say) -> li
     return out
 
 
-def _milp(topology: Topology, collective: str, time_limit: float, say: Say) -> list[Candidate]:
-    from synth.milp.solver import MilpOptions
-    from synth.milp.synthesize import synthesize
-    from synth.milp.sketch import default_sketch
+def _milp(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1) -> list[Candidate]:
+    if jobs > 1:
+        from synth.parallel.pool import Job, run_jobs
 
+        work = [Job(format_size(size), "synth.report.candidates:router_schedule",
+                    (topology, collective, size, time_limit)) for size in ROUTER_SIZES]
+        results = []
+        for size, outcome in zip(ROUTER_SIZES, run_jobs(work, workers=jobs)):
+            if not outcome.ok:
+                raise RuntimeError(f"MILP router at {format_size(size)}: {outcome.error}")
+            schedule, lines = outcome.value
+            for line in lines:
+                say(line)
+            results.append((size, schedule))
+    else:
+        results = [(size, router_schedule(topology, collective, size, time_limit, say)[0]) for size in ROUTER_SIZES]
     out: list[Candidate] = []
-    for size in ROUTER_SIZES:
-        sketch, _ = default_sketch(topology, collective, size)
-        result = synthesize(topology, collective, sketch, MilpOptions(time_limit=time_limit), progress=say)
-        schedule = result.schedule
+    for size, schedule in results:
         if any(c.schedule.steps == schedule.steps for c in out):
             continue  # the same schedule wins at both sizes
         seconds = sum(schedule.meta.get("stage_seconds", {}).values())
@@ -115,6 +124,26 @@ def _milp(topology: Topology, collective: str, time_limit: float, say: Say) -> l
                              _file(collective, topology, f"milp-{format_size(size)}"), seconds,
                              len(schedule.steps), schedule.total_rounds, chunks))
     return out
+
+
+def router_schedule(topology: Topology, collective: str, size: int, time_limit: float,
+                    say: Say | None = None) -> tuple[Schedule, list[str]]:
+    """The MILP router's schedule for ``size`` (the derived sketch) and its progress lines (a
+    job of a parallel report: the lines come back with the result)."""
+    from synth.milp.solver import MilpOptions
+    from synth.milp.synthesize import synthesize
+    from synth.milp.sketch import default_sketch
+
+    lines: list[str] = []
+
+    def keep(line: str) -> None:
+        lines.append(line)
+        if say is not None:
+            say(line)
+
+    sketch, _ = default_sketch(topology, collective, size)
+    result = synthesize(topology, collective, sketch, MilpOptions(time_limit=time_limit), progress=keep)
+    return result.schedule, ([] if say is not None else lines)
 
 
 def baselines(topology: Topology, collective: str) -> list[Candidate]:

@@ -33,15 +33,17 @@ Say = Callable[[str], None]
 
 
 def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT_SIZES,
-           from_dir: str | None = None, time_limit: float = 120.0, say: Say | None = None) -> dict:
-    """Synthesize (or read), add baselines and bounds, evaluate and write the report folder."""
+           from_dir: str | None = None, time_limit: float = 120.0, say: Say | None = None,
+           jobs: int = 1) -> dict:
+    """Synthesize (or read), add baselines and bounds, evaluate and write the report folder.
+    ``jobs`` > 1: the MILP router's size variants run side by side (the same report)."""
     say = say or (lambda line: None)
     topo = resolve_topology(topology)
     make_collective(collective, topo.ranks).check_on(topo)
     grid = size_grid(sizes)
     folder = Path(out)
     found = (cand.from_frontier_dir(from_dir, topo, collective) if from_dir
-             else cand.synthesized(topo, collective, time_limit, say))
+             else cand.synthesized(topo, collective, time_limit, say, jobs))
     try:  # only now: bad input leaves no folder behind
         (folder / "schedules").mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -27,7 +27,10 @@ class CnfBuilder:
         self._random_seed, self._sat_params = random_seed, sat_params
         # every assertion: a list of AST pointers (a clause over our literals) or a z3 expression
         self._constraints: list = []
-        self._ctx_obj = z3.main_ctx()
+        # a context of its own: z3 numbers terms per context, and its search follows those numbers,
+        # so sharing the main context would make the schedule depend on whatever else the process
+        # built before (a report in a pool worker would differ from the serial one)
+        self._ctx_obj = z3.Context()
         self._ctx = self._ctx_obj.ref()
         self._bool_sort = z3.BoolSort(self._ctx_obj).ast
         self._ptr_pos: list = [None]  # variable v -> AST pointer (one reference held by us)

@@ -74,14 +74,18 @@ def pareto(
     progress: Progress = _quiet,
     options: SmtOptions = SmtOptions(),
     direct_allreduce: bool = False,
+    jobs: int = 1,
 ) -> Frontier:
     """Walk steps upward from the steps bound; for each, the least rounds/chunk below the best so far.
 
     Stops when a point meets both bounds, or when no (R, C) with R >= S, C <= max_chunks can
     beat the best ratio found. Ctrl-C returns what was found so far (complete=False).
+    ``jobs`` > 1: the independent sweeps (allreduce's reduce_scatter and allgather frontiers)
+    run side by side, each in its own process (the same frontier: the search's budgets are
+    work units, not seconds).
     """
     if name == "allreduce":
-        return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce)
+        return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce, jobs=jobs)
     session = SmtSession(topology, name, root, options)
     bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
     return _search(session, max(1, bounds.steps), bounds.rounds_per_chunk, max_chunks, time_limit, progress)
@@ -310,12 +314,26 @@ def pareto_allreduce(
     progress: Progress = _quiet,
     direct: bool = False,
     direct_chunks: int = 3,
+    jobs: int = 1,
 ) -> Frontier:
     """Allreduce frontier: compositions of the reduce_scatter and allgather frontiers (equal C);
     with ``direct``, the direct encoding is also searched (C <= direct_chunks, steps up to the
-    composition's largest) for points the compositions do not reach."""
-    rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
-    ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
+    composition's largest) for points the compositions do not reach. ``jobs`` > 1: the two
+    frontiers are searched side by side."""
+    if jobs > 1:
+        from synth.parallel.pool import Job, run_jobs
+
+        found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job", (topology, part, max_chunks, time_limit))
+                              for part in ("reduce_scatter", "allgather")], workers=jobs)
+        for outcome in found_two:
+            if not outcome.ok:
+                raise RuntimeError(f"{outcome.key} frontier: {outcome.error}")
+            for line in outcome.value[1]:
+                progress(line)
+        rs, ag = (outcome.value[0] for outcome in found_two)
+    else:
+        rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
+        ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
     composed = []
     for a in rs.points:
         for b in ag.points:
@@ -344,6 +362,12 @@ def pareto_allreduce(
                     {"steps": proven.steps, "rounds_per_chunk": str(proven.rounds_per_chunk)
                      if proven.rounds_per_chunk is not None else None,
                      "composition_rounds_per_chunk": _sum_ratio(rs.bounds, ag.bounds)})
+
+
+def frontier_job(topology: Topology, name: str, max_chunks: int, time_limit: float | None) -> tuple[Frontier, list[str]]:
+    """``pareto`` as a job in its own process: the frontier and its progress lines."""
+    lines: list[str] = []
+    return pareto(topology, name, None, max_chunks, time_limit, lines.append), lines
 
 
 def _sum_ratio(a: dict, b: dict) -> str | None:

@@ -166,3 +166,20 @@ def test_greedy_extras_are_kept_only_where_they_win(full4_report):
     for entry in (e for e in ours if e["kind"] == "greedy"):
         assert any(entry["rows"][i]["step_time_us"] == min(e["rows"][i]["step_time_us"] for e in ours)
                    for i in range(len(doc["sizes"])))
+
+
+def test_router_size_variants_as_jobs_equal_the_serial_ones():
+    """One report's MILP size variants side by side (jobs=2) give the serial run's schedules."""
+    from synth.core.compose import compose
+    from synth.core.topology import Link, Nic, Topology
+    from synth.report.candidates import _milp
+
+    pair = Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)), machines=((0, 1),),
+                    nics=(Nic("nic0", (0, 1), 12.5, 2.6),))
+    topo = compose(pair, 2)
+    serial = _milp(topo, "allgather", 30.0, lambda line: None)
+    lines: list[str] = []
+    parallel = _milp(topo, "allgather", 30.0, lines.append, jobs=2)
+    assert [c.label for c in serial] == [c.label for c in parallel]
+    assert [c.schedule.steps for c in serial] == [c.schedule.steps for c in parallel]
+    assert any(line.startswith("routing") for line in lines)  # the jobs' progress comes back
