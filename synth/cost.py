@@ -249,18 +249,24 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
                 arrival = max(arrival, done)
             landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
             makespan = max(makespan, arrival)
-        for place, writes in landed.items():
-            last = max(t for t, _ in writes)
-            before = ready.get(place)
-            if before is None:
-                ready[place] = last
-            elif all(op == "reduce" for _, op in writes):
-                ready[place] = max(before, last)  # adds into the rank's own partial
-            elif not coll.combining:
-                ready[place] = min(before, last)  # the same data was already there
-            else:
-                ready[place] = last
+        land(ready, landed, coll.combining)
     return makespan + proto.base_us
+
+
+def land(ready: dict, landed: dict, combining: bool) -> None:
+    """The simulation's step end: when each written (rank, chunk) is ready, from its writes'
+    (arrival, op) pairs."""
+    for place, writes in landed.items():
+        last = max(t for t, _ in writes)
+        before = ready.get(place)
+        if before is None:
+            ready[place] = last
+        elif all(op == "reduce" for _, op in writes):
+            ready[place] = max(before, last)  # adds into the rank's own partial
+        elif not combining:
+            ready[place] = min(before, last)  # the same data was already there
+        else:
+            ready[place] = last
 
 
 def _link(schedule: Schedule, index: int, key: tuple[int, int]) -> Link:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule
-from synth.cost import StepLoads, effective_link, protocol_of, simulate_us as full_simulate_us
+from synth.cost import StepLoads, effective_link, land, protocol_of, simulate_us as full_simulate_us
 
 
 def step_loads(quotient: Quotient, rep: Schedule) -> StepLoads:
@@ -89,16 +89,6 @@ def simulate_us(quotient: Quotient, rep: Schedule, size_bytes: float, protocol: 
                 arrival = max(arrival, done)
             landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
             makespan = max(makespan, arrival)
-        for place, writes in landed.items():
-            last = max(t for t, _ in writes)
-            before = ready.get(place)
-            if before is None:
-                ready[place] = last
-            elif all(op == "reduce" for _, op in writes):
-                ready[place] = max(before, last)
-            elif not coll.combining:
-                ready[place] = min(before, last)
-            else:
-                ready[place] = last
+        land(ready, landed, coll.combining)
     return makespan + proto.base_us
 
