@@ -38,7 +38,7 @@ from synth.core.collectives import make_collective
 from synth.cost import format_size, simulate_us, step_time_us
 from synth.core.orbits import Quotient
 from synth.core.symmetry import chunk_permutation
-from synth.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
+from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
 from synth.verify import verify
 from synth.core.errors import InputError
 from synth.core.transforms import compose, dual_collective, dual_schedule

@@ -12,7 +12,7 @@ from synth.core.schedule import Schedule, Send, Step
 from synth.cost import simulate_us, step_loads
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.sketch import default_sketch
-from synth.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
+from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
 from synth.verify import verify
 
 

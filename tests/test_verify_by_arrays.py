@@ -1,4 +1,4 @@
-"""The array replay (synth.verify_arrays) says "valid" exactly when the exact replay finds nothing."""
+"""The array replay (synth.verify.is_valid) says "valid" exactly when the exact replay finds nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from synth.core.library import resolve_topology
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
 from synth.verify import verify
-from synth.verify_arrays import is_valid
+from synth.verify import is_valid
 from tests.schedule_strategies import MUTATIONS, mutate, valid_schedules
 
 
