@@ -22,6 +22,7 @@ import numpy as np
 
 from synth.bounds.flow import Network, cut_rate
 from synth.core.collective import Collective
+from synth.core.orbits import orbit_representatives
 from synth.core.topology import Topology
 
 REL = 1e-7  # relative tolerance when comparing limits
@@ -137,8 +138,7 @@ class _OrbitKeys:
 
     def __init__(self, ranks: np.ndarray):
         self.ranks = np.asarray(ranks)
-        least = self.ranks.min(axis=0)
-        self.to_rep = np.argmax(self.ranks == least[None, :], axis=0)
+        self.to_rep = orbit_representatives(self.ranks)[1]
         self.keys: set[bytes] = set()
 
     def first(self, mask: np.ndarray) -> bool:

@@ -83,16 +83,16 @@ class Quotient:
                 raise InputError(f"quotient: generator {i} does not preserve the {collective.name} collective")
             rank_gens.append(np.array(perm, dtype=np.int32))
             chunk_gens.append(np.array(chunks, dtype=np.int32))
-        ranks, chunks = _closure(rank_gens, chunk_gens, n, collective.chunks)
         if chunk_generators is not None:
-            _check_chunks_preserved(collective, ranks, chunks)
+            _check_chunks_preserved(collective, rank_gens, chunk_gens)
+        ranks, chunks = _closure(rank_gens, chunk_gens, n, collective.chunks)
         moved_rank = (ranks[1:] != np.arange(n)).all(axis=1)
         moved_chunk = (chunks[1:] != np.arange(collective.chunks)).all(axis=1)
         if not moved_rank.all() or not moved_chunk.all():
             raise InputError("quotient: some rotation fixes a rank or a chunk (the group must act freely)")
         reps = np.unique(chunks.min(axis=0))
-        link_orbit, orbit_link = _link_orbits(topology, ranks)
-        resources = Resources.of(topology, link_orbit, orbit_link)
+        link_orbit, orbit_link, link_id = _link_orbits(topology, ranks)
+        resources = Resources.of(topology, link_orbit, orbit_link, link_id)
         return cls(topology, collective, ranks, chunks, reps, link_orbit, orbit_link, resources,
                    tuple(tuple(int(r) for r in g) for g in rank_gens))
 
@@ -194,11 +194,9 @@ class Resources:
     is_group: np.ndarray
 
     @classmethod
-    def of(cls, topology: Topology, link_orbit: np.ndarray, orbit_link: np.ndarray) -> "Resources":
+    def of(cls, topology: Topology, link_orbit: np.ndarray, orbit_link: np.ndarray,
+           link_id: np.ndarray) -> "Resources":
         n, links = topology.ranks, topology.links
-        link_id = np.full(n * n, -1, dtype=np.int64)
-        for i, link in enumerate(links):
-            link_id[link.src * n + link.dst] = i
         orbits = len(orbit_link)
         whole = topology.rounds_apply
         alpha = [links[int(i)].alpha for i in orbit_link]
@@ -271,10 +269,10 @@ def _closure(rank_gens: list[np.ndarray], chunk_gens: list[np.ndarray], n: int, 
     return np.stack(ranks), np.stack(chunks)
 
 
-def _check_chunks_preserved(collective: Collective, ranks: np.ndarray, chunks: np.ndarray) -> None:
-    """Given chunk permutations must map each chunk's pre and post onto its image's."""
-    for gen in range(1, min(len(ranks), 3)):
-        perm, image = ranks[gen], chunks[gen]
+def _check_chunks_preserved(collective: Collective, rank_gens: list[np.ndarray], chunk_gens: list[np.ndarray]) -> None:
+    """Given chunk permutations must map each chunk's pre and post onto its image's (checked per
+    generator: the group's other elements are their products)."""
+    for perm, image in zip(rank_gens, chunk_gens):
         for c, (pre, post) in enumerate(zip(collective.pre, collective.post)):
             d = int(image[c])
             if frozenset(int(perm[r]) for r in pre) != collective.pre[d] or \
@@ -283,8 +281,17 @@ def _check_chunks_preserved(collective: Collective, ranks: np.ndarray, chunks: n
                                  "whose holders are not the images of its own")
 
 
-def _link_orbits(topology: Topology, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Orbit number of every link (numbered in order of their first link) and each orbit's first link.
+def orbit_representatives(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(least, to_rep) for a freely acting group given as [element, rank] images: ``least[r]``
+    is the smallest rank of r's orbit and ``to_rep[r]`` the one element taking r there (so a
+    tuple of ranks starting at r is keyed by its image under ``to_rep[r]``)."""
+    least = ranks.min(axis=0).astype(np.int64)
+    return least, np.argmax(ranks == least[None, :], axis=0)
+
+
+def _link_orbits(topology: Topology, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Orbit number of every link (numbered in order of their first link), each orbit's first
+    link, and the link index of every src*n+dst (-1 where none).
 
     A link's orbit is keyed by its image under the element that takes its source to the
     smallest rank of the source's orbit (one such element: G acts freely), so no loop runs over
@@ -292,11 +299,12 @@ def _link_orbits(topology: Topology, ranks: np.ndarray) -> tuple[np.ndarray, np.
     n = topology.ranks
     src = np.fromiter((l.src for l in topology.links), dtype=np.int64, count=len(topology.links))
     dst = np.fromiter((l.dst for l in topology.links), dtype=np.int64, count=len(topology.links))
-    least = ranks.min(axis=0).astype(np.int64)
-    to_rep = np.argmax(ranks == least[None, :], axis=0)
+    least, to_rep = orbit_representatives(ranks)
     key = least[src] * n + ranks[to_rep[src], dst].astype(np.int64)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # number orbits by their first link
     number = np.empty(len(order), dtype=np.int64)
     number[order] = np.arange(len(order))
-    return number[inverse.ravel()], first[order].astype(np.int64)
+    link_id = np.full(n * n, -1, dtype=np.int64)
+    link_id[src * n + dst] = np.arange(len(src))
+    return number[inverse.ravel()], first[order].astype(np.int64), link_id

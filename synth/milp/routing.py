@@ -39,7 +39,7 @@ import pulp
 from synth.milp.solver import MilpOptions, MilpStatus, solve, value
 from synth.core.collective import Collective
 from synth.core.errors import InputError
-from synth.core.orbits import Quotient
+from synth.core.orbits import Quotient, orbit_representatives
 from synth.milp.sketch import Sketch
 from synth.core.topology import Topology
 
@@ -195,12 +195,9 @@ class _Canon:
     the element that takes its first rank to its representative (G acts freely: one such)."""
 
     def __init__(self, quotient: Quotient):
-        ranks = quotient.ranks
-        self._ranks = ranks
-        least = ranks.min(axis=0)
-        self._least = least
-        self.rep_ranks = np.unique(least)
-        self._to_rep = np.argmax(ranks == least[None, :], axis=0)  # element e with e(r) = least[r]
+        self._ranks = quotient.ranks
+        self._least, self._to_rep = orbit_representatives(quotient.ranks)
+        self.rep_ranks = np.unique(self._least)
 
     def rank_rep(self, r: int) -> int:
         return int(self._least[r])

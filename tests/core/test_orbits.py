@@ -101,3 +101,13 @@ def test_ordering_on_the_quotient_expands_to_a_valid_schedule():
     full = q.expand(rep)
     assert verify(full) == []  # capacities included: every step's images fit one round
     assert full.send_count == rep.send_count * q.order
+
+
+def test_given_chunk_permutations_must_follow_the_ranks():
+    """A chunk permutation that is not the image of the holders (here: the identity) is refused."""
+    topo = resolve_topology("ring:4")
+    coll = make_collective("allgather", 4)
+    rotate = (1, 2, 3, 0)
+    with pytest.raises(InputError, match="holders are not the images"):
+        Quotient.of(topo, coll, [rotate], [(0, 1, 2, 3)])
+    assert Quotient.of(topo, coll, [rotate], [rotate]).order == 4
