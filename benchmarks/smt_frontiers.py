@@ -1,6 +1,6 @@
 """SMT synthesis benchmark: the frontier and least-steps runs of issue 3, timed, with peak memory.
 
-Run: python benchmarks/smt_frontiers.py [--quick]
+Run: python benchmarks/smt_frontiers.py [--quick] [--only TEXT ...]
 Each instance runs in a fresh process (so peak memory is its own). The SCCL/msccl-tools
 figures are the ones recorded in the shared reference (peers.md, measured on a 2-core machine
 like ours); the ring column is measured here, in the same run: the best frontier point's
@@ -33,6 +33,14 @@ INSTANCES = [
     ("torus:3x3 allgather pareto", "pareto", "torus:3x3", "allgather", None, {"max_chunks": 8}, "-"),
     ("dgx2 allgather pareto", "pareto", "dgx2", "allgather", None, {"max_chunks": 8}, "> 600 s (bound LP)"),
     ("dgx2 allgather least-steps", "least", "dgx2", "allgather", None, {}, "never ends (486 s for S=3)"),
+    # issue 15: the hard 16-rank machines and deep pipelines, at the CLI's defaults (120 s an attempt)
+    ("dgx1 broadcast(0) pareto, default chunks", "pareto", "dgx1", "broadcast", 0, {"time_limit": 120},
+     "(3,5,12), (4,4,13) uncapped"),
+    ("mi250 allgather pareto", "pareto", "mi250", "allgather", None, {"time_limit": 120}, "-"),
+    ("torus:4x4 alltoall pareto", "pareto", "torus:4x4", "alltoall", None, {"time_limit": 120}, "-"),
+    ("hypercube:4 allgather pareto", "pareto", "hypercube:4", "allgather", None, {"time_limit": 120}, "-"),
+    ("torus:4x4 allreduce pareto", "pareto", "torus:4x4", "allreduce", None, {"time_limit": 120}, "-"),
+    ("hypercube:4 allreduce pareto", "pareto", "hypercube:4", "allreduce", None, {"time_limit": 120}, "-"),
 ]
 QUICK = {"dgx1 allgather pareto", "ring:8 allgather pareto", "dgx2 allgather least-steps"}
 
@@ -73,12 +81,16 @@ def _run(kind, topo_name, coll, root, kwargs, out):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three representative instances only")
+    parser.add_argument("--only", metavar="TEXT", action="append",
+                        help="only the instances whose label contains TEXT (repeatable)")
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
     print("| instance | frontier / result (S,R,C) | verdict | seconds | peak MiB | SCCL (peers.md) | NCCL time / ours at 1 GiB |")
     print("|---|---|---|---|---|---|---|")
     for label, kind, topo, coll, root, kwargs, sccl in INSTANCES:
         if args.quick and label not in QUICK:
+            continue
+        if args.only and not any(text in label for text in args.only):
             continue
         out = ctx.Queue()
         proc = ctx.Process(target=_run, args=(kind, topo, coll, root, kwargs, out))

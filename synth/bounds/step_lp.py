@@ -7,6 +7,16 @@ per link and group, r_s >= 1. The least sum of r_s over fractional flows is a lo
 the rounds R of any k-synchronous schedule with S steps and the collective's chunking; the
 strategies use it to skip (S, R, C) budgets that cannot work before calling a solver.
 
+The relaxation is built once per (topology, chunk classes, S) and shared by every chunk count:
+when every class has the same number of chunks m (allgather, alltoall, broadcast, ...), a
+split r_1..r_S is feasible for m chunks exactly when r / m is for one, so the model is built
+for one chunk per class and the rounds are scaled. Every solve also yields a *cut*: LP duality
+gives weights w >= 0 on the capacity rows such that any feasible rounds vector satisfies
+sum_t a_t r_t >= m * beta (a_t = sum of w x capacity over step t's rows, beta the flows' part of
+the dual objective). A split that violates a known cut is ruled out without solving; this is
+what makes ruling out every split of a budget cheap (mi250 allgather, S=5, R=8, C=3: 35
+splits, a handful of LP solves instead of 35).
+
 Only non-combining collectives (the solver runs combining ones as their duals).
 
 >>> from synth.core.generators import uring
@@ -18,15 +28,395 @@ Only non-combining collectives (the solver runs combining ones as their duals).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from synth.milp.lp import LpRows, solve_lp
 from synth.core.collective import Collective
 from synth.core.topology import Topology
+from synth.milp.lp import LpRows, solve_lp_with_duals, solve_mip_bound
 
 MAX_COLUMNS = 400_000
+LP_SECONDS = 60.0  # one relaxation solve; over it the bound is skipped (never guessed)
+MIP_SECONDS = 10.0  # the whole-rounds floor; its dual bound at the limit is still a bound
+TOLERANCE = 1e-7  # relative: a load above 1 + this (a cut violated by more) rules a split out
+
+
+@dataclass(frozen=True)
+class SplitCut:
+    """A valid inequality on the rounds of any feasible split, per chunk: sum_t weights[t] * r_t
+    >= floor * chunks_per_class."""
+
+    weights: tuple[float, ...]
+    floor: float
+
+    def rules_out(self, rounds_per_step: tuple[int, ...], scale: int) -> bool:
+        lhs = sum(w * r for w, r in zip(self.weights, rounds_per_step))
+        return lhs < scale * self.floor * (1 - TOLERANCE) - TOLERANCE
+
+
+class StepRelaxation:
+    """The time-expanded flow LP of one (topology, chunk classes, steps), with its cuts.
+
+    Columns: per class and destination a flow on each (link, step) and a hold on each
+    (rank, step) transition; per class a use u >= every flow of the class on a (link, step)
+    (copies are free). Rows: conservation per destination, u >= f, and the capacity rows
+    sum_k m_k u_{k,l,t} <= cap_l * r_t for links and groups (the tail, r or x, added per solve).
+    """
+
+    def __init__(self, topology: Topology, classes: tuple[tuple[frozenset, frozenset, int], ...], steps: int,
+                 group: tuple[tuple[int, ...], ...] = ()):
+        """``group``: rank permutations (a group, identity included) that preserve the topology
+        and map the classes onto each other with no class fixed by an element but the identity.
+        Some optimal solution is invariant under it, so only one class per orbit gets flows and
+        only one link (group) per orbit a capacity row: class g(k)'s use of link l is class
+        k's use of g^-1(l). The rounds vectors the model allows, and so its bound and its
+        cuts, are the full model's."""
+        self.steps = steps
+        self.cuts: list[SplitCut] = []
+        self._loads: dict[tuple[tuple[int, ...], int], float | None] = {}
+        self.unreachable = False
+        self.ok = self._build(topology, classes, steps, group or (tuple(range(topology.ranks)),))
+
+    def _build(self, topology, classes, S, group) -> bool:
+        dist = topology.hop_distances
+        links = topology.links
+        caps = [topology.link_capacity(l) for l in links]
+        if any(c is None for c in caps) or any(topology.group_capacity(g) is None for g in topology.groups):
+            return False
+        self.unreachable = False
+        rows = LpRows()
+        col = 0
+        use: dict[tuple[int, int, int], int] = {}  # (class, link, step) -> column of u
+        multiplicity: dict[int, int] = {}
+        conservation_rhs: list[np.ndarray] = []
+        index_of_class = {(pre, post): k for k, (pre, post, _) in enumerate(classes)}
+        representatives = []
+        for k, (pre, post, count) in enumerate(classes):
+            images = [index_of_class[(frozenset(g[r] for r in pre), frozenset(g[r] for r in post))] for g in group]
+            if min(images) == k:
+                representatives.append(k)
+        self.representatives = tuple(representatives)
+        for k in representatives:
+            pre, post, count = classes[k]
+            multiplicity[k] = count
+            near = [min(dist[h][r] for h in pre) for r in range(topology.ranks)]
+            for d in sorted(post - pre):
+                if near[d] > S:
+                    self.unreachable = True
+                    return True
+                flow: dict[tuple[int, int], int] = {}  # (link index, step) -> column
+                hold: dict[tuple[int, int], int] = {}  # (rank, step) -> column: (r, t-1) -> (r, t)
+                for t in range(1, S + 1):
+                    for i, l in enumerate(links):
+                        if l.dst in pre or near[l.src] > t - 1 or dist[l.dst][d] > S - t:
+                            continue
+                        flow[(i, t)] = col
+                        col += 1
+                    for r in range(topology.ranks):
+                        if r not in pre and near[r] <= t - 1 and dist[r][d] <= S - t:
+                            hold[(r, t)] = col
+                            col += 1
+                if col > MAX_COLUMNS:
+                    return False
+                # conservation at (r, t) for non-holders: inflow - outflow = [r == d and t == S]
+                node_terms: dict[tuple[int, int], list[tuple[int, float]]] = {}
+                for (i, t), c in flow.items():
+                    l = links[i]
+                    node_terms.setdefault((l.dst, t), []).append((c, 1.0))
+                    if l.src not in pre:
+                        node_terms.setdefault((l.src, t - 1), []).append((c, -1.0))
+                for (r, t), c in hold.items():
+                    node_terms.setdefault((r, t), []).append((c, 1.0))
+                    node_terms.setdefault((r, t - 1), []).append((c, -1.0))
+                node_terms.setdefault((d, S), [])
+                r_idx, c_idx, v_idx, rhs = [], [], [], []
+                for n, ((r, t), terms) in enumerate(sorted(node_terms.items())):
+                    for c, v in terms:
+                        r_idx.append(n)
+                        c_idx.append(c)
+                        v_idx.append(v)
+                    rhs.append(1.0 if (r, t) == (d, S) else 0.0)
+                conservation_rhs.append(np.array(rhs))
+                rows.add(np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
+                         np.array(rhs), np.array(rhs))
+                # u_{k,l,t} >= f
+                r_idx, c_idx, v_idx = [], [], []
+                for n, ((i, t), c) in enumerate(flow.items()):
+                    key = (k, i, t)
+                    if key not in use:
+                        use[key] = col
+                        col += 1
+                    r_idx += [n, n]
+                    c_idx += [c, use[key]]
+                    v_idx += [1.0, -1.0]
+                conservation_rhs.append(np.zeros(len(flow)))
+                if flow:
+                    rows.add(np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
+                             np.full(len(flow), -np.inf), np.zeros(len(flow)))
+        self.flow_rows = rows.count
+        self.flow_rhs = np.concatenate(conservation_rhs) if conservation_rhs else np.zeros(0)
+        # capacity rows: sum_k m_k u_{k,l,t} <= cap * (tail), links then groups, one per orbit;
+        # class g(k) on link l is class k on g^-1(l)
+        index = {l.key: i for i, l in enumerate(links)}
+        inverse = [tuple(sorted(range(len(g)), key=g.__getitem__)) for g in group]
+        pulled = [[index[(h[l.src], h[l.dst])] for l in links] for h in inverse]  # [g][link] -> g^-1(link)
+        by_link_step: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for (k, i, t), c in use.items():
+            by_link_step.setdefault((i, t), []).append((c, multiplicity[k]))
+        sets = [([i], caps[i]) for i in range(len(links))]
+        sets += [([index[key] for key in g.links], topology.group_capacity(g)) for g in topology.groups]
+        seen_sets: set = set()
+        r_idx, c_idx, v_idx, cap_of_row, step_of_row = [], [], [], [], []
+        for members, cap in sets:
+            key = min(tuple(sorted(row[i] for i in members)) for row in pulled)  # the orbit's name
+            if (key, cap) in seen_sets:
+                continue
+            seen_sets.add((key, cap))
+            for t in range(1, S + 1):
+                terms = [term for row in pulled for i in members for term in by_link_step.get((row[i], t), [])]
+                if not terms:
+                    continue
+                n = len(cap_of_row)
+                for c, m in terms:
+                    r_idx.append(n)
+                    c_idx.append(c)
+                    v_idx.append(float(m))
+                cap_of_row.append(float(cap))
+                step_of_row.append(t - 1)
+        self.columns = col
+        self.rows = rows
+        self.capacity = (np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx))
+        self.cap_of_row = np.array(cap_of_row)
+        self.step_of_row = np.array(step_of_row, dtype=np.int64)
+        return True
+
+    def _solve(self, tail_cols: int, tail_coo, cost_tail, lower_tail, extra_rows=None):
+        """Solve with ``tail_cols`` extra columns after the flows; returns (objective, cut) or None."""
+        n_cap = len(self.cap_of_row)
+        rows = LpRows()
+        for part in self.rows.parts:
+            rows.parts.append(part)
+        rows.count = self.rows.count
+        r_idx, c_idx, v_idx = self.capacity
+        t_rows, t_cols, t_vals = tail_coo
+        rows.add(np.concatenate([r_idx, t_rows]), np.concatenate([c_idx, t_cols + self.columns]),
+                 np.concatenate([v_idx, t_vals]), np.full(n_cap, -np.inf), np.zeros(n_cap))
+        cost = np.concatenate([np.zeros(self.columns), cost_tail])
+        col_lower = np.concatenate([np.zeros(self.columns), lower_tail])
+        r, c, v, lo, up = rows.arrays()
+        solved = solve_lp_with_duals(cost, np.full(len(cost), np.inf), (r, c, v), lo, up, LP_SECONDS,
+                                     col_lower=col_lower)
+        if solved is None:
+            return None
+        objective, row_duals = solved
+        weights = -row_duals[self.flow_rows:self.flow_rows + n_cap]  # >= 0 on the capacity rows
+        a = np.bincount(self.step_of_row, weights=np.maximum(weights, 0.0) * self.cap_of_row,
+                        minlength=self.steps)
+        beta = float(row_duals[:self.flow_rows] @ self.flow_rhs)
+        return objective, SplitCut(tuple(float(x) for x in a), beta)
+
+    def least_total(self, scale: int) -> float | None:
+        """min sum_t r_t (per chunk unit times ``scale``) subject to r_t >= 1."""
+        if self.unreachable:
+            return math.inf
+        S = self.steps
+        n_cap = len(self.cap_of_row)
+        tail = (np.arange(n_cap), self.step_of_row, -self.cap_of_row)
+        solved = self._solve(S, tail, np.ones(S), np.full(S, 1.0 / scale))
+        if solved is None:
+            return None
+        objective, cut = solved
+        self._keep(cut, None)
+        return objective * scale
+
+    def least_whole_total(self, scale: int) -> float | None:
+        """min sum_t r_t over *whole* rounds per step r_t >= 1 (a MIP over the S step columns
+        only; its dual bound, so a time limit still leaves a valid bound). Tighter than the
+        LP: mi250 allgather at 5 steps, 3 chunks: LP 8, whole rounds 9."""
+        if self.unreachable:
+            return math.inf
+        S = self.steps
+        n_cap = len(self.cap_of_row)
+        tail_rows, tail_cols, tail_vals = np.arange(n_cap), self.step_of_row, -self.cap_of_row / scale
+        rows = LpRows()
+        rows.parts, rows.count = list(self.rows.parts), self.rows.count
+        r_idx, c_idx, v_idx = self.capacity
+        rows.add(np.concatenate([r_idx, tail_rows]), np.concatenate([c_idx, tail_cols + self.columns]),
+                 np.concatenate([v_idx, tail_vals]), np.full(n_cap, -np.inf), np.zeros(n_cap))
+        cost = np.concatenate([np.zeros(self.columns), np.ones(S)])
+        col_lower = np.concatenate([np.zeros(self.columns), np.ones(S)])
+        r, c, v, lo, up = rows.arrays()
+        return solve_mip_bound(cost, col_lower, np.full(len(cost), np.inf), (r, c, v), lo, up,
+                               range(self.columns, self.columns + S), MIP_SECONDS)
+
+    def load(self, rounds_per_step: tuple[int, ...], scale: int) -> float | None:
+        """Least x with rounds x * r_t per step feasible (fractionally); > 1: ruled out."""
+        key = (tuple(rounds_per_step), scale)
+        if key not in self._loads:
+            self._loads[key] = self._load(*key)
+        return self._loads[key]
+
+    def _load(self, rounds_per_step: tuple[int, ...], scale: int) -> float | None:
+        if self.unreachable:
+            return math.inf
+        n_cap = len(self.cap_of_row)
+        per_unit = np.array(rounds_per_step, dtype=float)[self.step_of_row] / scale
+        tail = (np.arange(n_cap), np.zeros(n_cap, dtype=np.int64), -self.cap_of_row * per_unit)
+        solved = self._solve(1, tail, np.ones(1), np.zeros(1))
+        if solved is None:
+            return None
+        objective, cut = solved
+        self._keep(cut, (rounds_per_step, scale, objective))
+        return objective
+
+    def _keep(self, cut: SplitCut, check) -> None:
+        """Keep a cut when it is consistent with the solve it came from (duals are floats)."""
+        if check is not None:
+            split, scale, objective = check
+            lhs = sum(w * r for w, r in zip(cut.weights, split)) / scale
+            if abs(lhs - 1.0) > 1e-6 or abs(cut.floor - objective) > 1e-6 * max(1.0, objective):
+                return
+        if all(w >= 0 for w in cut.weights) and cut.floor > 0:
+            self.cuts.append(cut)
+
+    def cut_rules_out(self, rounds_per_step: tuple[int, ...], scale: int) -> bool:
+        """True when a known cut shows no schedule has exactly these rounds per step."""
+        if self.unreachable:
+            return True
+        return any(cut.rules_out(rounds_per_step, scale) for cut in self.cuts)
+
+    def open_splits(self, rounds: int, scale: int, max_solves: int = 24,
+                    enough: int = 3) -> list[tuple[int, ...]] | None:
+        """The splits of ``rounds`` over the steps (each >= 1) the relaxation does not rule out:
+        every split is checked against the known cuts at once; then, balanced first, LPs are
+        solved for splits still open (each infeasible one adds a cut, which may close many)
+        until every open split is decided, ``enough`` are known feasible, or ``max_solves``
+        solves are spent. LP-feasible splits come first, by load, then the undecided ones.
+        None when there are too many splits to list."""
+        splits = compositions(rounds, self.steps)
+        if splits is None:
+            return None
+        if self.unreachable:
+            return []
+        alive = self._cut_survivors(splits, scale)
+        solves = 0
+        while solves < max_solves:
+            unknown = [row for row in map(tuple, alive.tolist()) if (row, scale) not in self._loads]
+            if not unknown or len(alive) - len(unknown) >= enough:
+                break
+            before = len(self.cuts)
+            self.load(unknown[0], scale)
+            solves += 1
+            if len(self.cuts) > before or (self._loads[(unknown[0], scale)] or 0) > 1 + TOLERANCE:
+                alive = self._cut_survivors(alive, scale)
+                alive = alive[[not self._known_out(tuple(row), scale) for row in alive.tolist()]] if len(alive) else alive
+        rows = [tuple(row) for row in alive.tolist()]
+
+        def order(split):
+            value = self._loads.get((split, scale), None)
+            return (value is None, value if value is not None else 0.0, max(split) - min(split), split)
+
+        return sorted(rows, key=order)
+
+    def _known_out(self, split: tuple[int, ...], scale: int) -> bool:
+        value = self._loads.get((split, scale))
+        return value is not None and value > 1 + TOLERANCE
+
+    def _cut_survivors(self, splits: np.ndarray, scale: int) -> np.ndarray:
+        if not self.cuts or not len(splits):
+            return splits
+        weights = np.array([cut.weights for cut in self.cuts])
+        floors = np.array([cut.floor for cut in self.cuts]) * scale
+        lhs = splits @ weights.T
+        keep = (lhs >= floors * (1 - TOLERANCE) - TOLERANCE).all(axis=1)
+        return splits[keep]
+
+    def rules_out(self, rounds_per_step: tuple[int, ...], scale: int) -> bool:
+        """True when no schedule has exactly these rounds per step (a cut, else a solve)."""
+        if self.cut_rules_out(rounds_per_step, scale):
+            return True
+        value = self.load(rounds_per_step, scale)
+        return value is not None and value > 1 + TOLERANCE
+
+
+COMPOSITION_LIMIT = 200_000
+
+
+@lru_cache(maxsize=64)
+def _compositions(rounds: int, steps: int) -> np.ndarray | None:
+    if rounds < steps or math.comb(rounds - 1, steps - 1) > COMPOSITION_LIMIT:
+        return None
+    from itertools import combinations
+
+    if steps == 1:
+        return np.array([[rounds]], dtype=np.int64)
+    cuts = np.array(list(combinations(range(1, rounds), steps - 1)), dtype=np.int64).reshape(-1, steps - 1)
+    edges = np.hstack([np.zeros((len(cuts), 1), dtype=np.int64), cuts, np.full((len(cuts), 1), rounds)])
+    found = np.diff(edges, axis=1)
+    spread = found.max(axis=1) - found.min(axis=1)
+    return found[np.argsort(spread, kind="stable")]
+
+
+def compositions(rounds: int, steps: int) -> np.ndarray | None:
+    """Every way to give each of ``steps`` steps >= 1 round, ``rounds`` in all, as rows, the
+    most balanced first (None when more than COMPOSITION_LIMIT).
+
+    >>> compositions(4, 2).tolist()
+    [[2, 2], [1, 3], [3, 1]]
+    """
+    found = _compositions(rounds, steps)
+    return None if found is None else found.copy()
+
+
+def _classes(collective: Collective) -> tuple[tuple[tuple[frozenset, frozenset, int], ...], int]:
+    """Chunk classes (pre, post, count) in first-seen order, and the common count (1 if unequal)."""
+    counts: dict[tuple[frozenset, frozenset], int] = {}
+    for key in zip(collective.pre, collective.post):
+        counts[key] = counts.get(key, 0) + 1
+    sizes = set(counts.values())
+    scale = sizes.pop() if len(sizes) == 1 else 1
+    return tuple((pre, post, count // scale) for (pre, post), count in counts.items()), scale
+
+
+@lru_cache(maxsize=256)
+def relaxation(topology: Topology, classes: tuple, steps: int) -> StepRelaxation:
+    return StepRelaxation(topology, classes, steps, class_symmetry(topology, classes))
+
+
+@lru_cache(maxsize=64)
+def class_symmetry(topology: Topology, classes: tuple) -> tuple[tuple[int, ...], ...]:
+    """The search symmetries (``search_symmetries``) when they form a group that moves every
+    class (so the orbit model is exact), else the identity alone.
+
+    >>> from synth.core.generators import torus
+    >>> from synth.core.collectives import allgather
+    >>> len(class_symmetry(torus((4, 4)), _classes(allgather(16))[0]))
+    16
+    """
+    from synth.core.symmetry import search_symmetries
+
+    identity = (tuple(range(topology.ranks)),)
+    pre = tuple(c[0] for c in classes)
+    post = tuple(c[1] for c in classes)
+    perms = [s.ranks for s in search_symmetries(topology, Collective("classes", topology.ranks, False, pre, post, len(pre)))]
+    group = set(perms)
+    if any(tuple(a[b[r]] for r in range(topology.ranks)) not in group for a in perms for b in perms):
+        return identity
+    keys = set(zip(pre, post))
+    for g in perms:
+        if g == identity[0]:
+            continue
+        for p, q in keys:
+            if (frozenset(g[r] for r in p), frozenset(g[r] for r in q)) == (p, q):
+                return identity
+    return tuple(sorted(perms, key=lambda g: g != identity[0]))
+
+
+def _relaxation_for(topology: Topology, collective: Collective, steps: int) -> tuple[StepRelaxation, int]:
+    classes, scale = _classes(collective)
+    return relaxation(topology, classes, steps), scale
 
 
 def step_rounds_bound(topology: Topology, collective: Collective, steps: int) -> float | None:
@@ -36,7 +426,26 @@ def step_rounds_bound(topology: Topology, collective: Collective, steps: int) ->
     """
     if collective.combining:
         return None
-    return _bound(topology, collective, steps, None)
+    return _least_total(topology, collective, steps)
+
+
+@lru_cache(maxsize=1024)
+def _least_total(topology: Topology, collective: Collective, steps: int) -> float | None:
+    relax, scale = _relaxation_for(topology, collective, steps)
+    if not relax.ok:
+        return None
+    if relax.unreachable:
+        return math.inf
+    return relax.least_total(scale)
+
+
+def _model(topology: Topology, collective: Collective, steps: int) -> tuple[StepRelaxation, int] | None:
+    """The relaxation and its chunk scale, or None where it does not apply (combining
+    collectives, capacities that are not whole)."""
+    if collective.combining:
+        return None
+    relax, scale = _relaxation_for(topology, collective, steps)
+    return (relax, scale) if relax.ok else None
 
 
 def distribution_load(
@@ -46,122 +455,66 @@ def distribution_load(
 
     A value above 1 proves that no schedule with exactly these rounds per step exists.
     """
-    if collective.combining:
+    found = _model(topology, collective, len(rounds_per_step))
+    if found is None:
         return None
-    return _bound(topology, collective, len(rounds_per_step), tuple(rounds_per_step))
+    relax, scale = found
+    return math.inf if relax.unreachable else relax.load(tuple(rounds_per_step), scale)
+
+
+def open_splits(topology: Topology, collective: Collective, rounds: int, steps: int) -> list[tuple[int, ...]] | None:
+    """``StepRelaxation.open_splits`` for this collective; every split, balanced first, where
+    the relaxation does not apply (combining collectives, fractional capacities); None when
+    there are too many splits to list."""
+    every = compositions(rounds, steps)
+    if every is None:
+        return None
+    found = _model(topology, collective, steps)
+    if found is None:
+        return [tuple(row) for row in every.tolist()]
+    relax, scale = found
+    return [] if relax.unreachable else relax.open_splits(rounds, scale)
+
+
+def split_ruled_out(topology: Topology, collective: Collective, rounds_per_step: tuple[int, ...],
+                    solve: bool = True) -> bool:
+    """True when the relaxation proves no schedule has exactly these rounds per step: a known
+    cut, else (``solve``) an LP solve, which adds its cut for the next splits."""
+    found = _model(topology, collective, len(rounds_per_step))
+    if found is None:
+        return False
+    relax, scale = found
+    if relax.unreachable:
+        return True
+    if not solve:
+        return relax.cut_rules_out(tuple(rounds_per_step), scale)
+    return relax.rules_out(tuple(rounds_per_step), scale)
 
 
 @lru_cache(maxsize=1024)
-def _bound(topology: Topology, collective: Collective, steps: int, fixed: tuple[int, ...] | None) -> float | None:
-    dist = topology.hop_distances
-    links = topology.links
-    caps = [topology.link_capacity(l) for l in links]
-    if any(c is None for c in caps) or any(topology.group_capacity(g) is None for g in topology.groups):
-        return None
-    classes: dict[tuple[frozenset, frozenset], int] = {}
-    for key in zip(collective.pre, collective.post):
-        classes[key] = classes.get(key, 0) + 1
-    S = steps
-    rows = LpRows()
-    col = S + 1  # columns 0..S-1 are r_1..r_S; column S is the scale x of a fixed distribution
-    use: dict[tuple[int, int, int], int] = {}  # (class, link, step) -> column of u
-    multiplicity: list[int] = []
-    for k, ((pre, post), count) in enumerate(classes.items()):
-        multiplicity.append(count)
-        near = [min(dist[h][r] for h in pre) for r in range(topology.ranks)]
-        for d in sorted(post - pre):
-            if near[d] > S:
-                return math.inf
-            flow: dict[tuple[int, int], int] = {}  # (link index, step) -> column
-            hold: dict[tuple[int, int], int] = {}  # (rank, step) -> column: (r, t-1) -> (r, t)
-            for t in range(1, S + 1):
-                for i, l in enumerate(links):
-                    if l.dst in pre or near[l.src] > t - 1 or dist[l.dst][d] > S - t:
-                        continue
-                    flow[(i, t)] = col
-                    col += 1
-                for r in range(topology.ranks):
-                    if r not in pre and near[r] <= t - 1 and dist[r][d] <= S - t:
-                        hold[(r, t)] = col
-                        col += 1
-            if col > MAX_COLUMNS:
-                return None
-            # conservation at (r, t) for non-holders: inflow - outflow = [r == d and t == S]
-            node_terms: dict[tuple[int, int], list[tuple[int, float]]] = {}
-            for (i, t), c in flow.items():
-                l = links[i]
-                node_terms.setdefault((l.dst, t), []).append((c, 1.0))
-                if l.src not in pre:
-                    node_terms.setdefault((l.src, t - 1), []).append((c, -1.0))
-            for (r, t), c in hold.items():
-                node_terms.setdefault((r, t), []).append((c, 1.0))
-                node_terms.setdefault((r, t - 1), []).append((c, -1.0))
-            node_terms.setdefault((d, S), [])
-            r_idx, c_idx, v_idx, rhs = [], [], [], []
-            for n, ((r, t), terms) in enumerate(sorted(node_terms.items())):
-                for c, v in terms:
-                    r_idx.append(n)
-                    c_idx.append(c)
-                    v_idx.append(v)
-                rhs.append(1.0 if (r, t) == (d, S) else 0.0)
-            rows.add(np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
-                     np.array(rhs), np.array(rhs))
-            # u_{k,l,t} >= f
-            r_idx, c_idx, v_idx = [], [], []
-            for n, ((i, t), c) in enumerate(flow.items()):
-                key = (k, i, t)
-                if key not in use:
-                    use[key] = col
-                    col += 1
-                r_idx += [n, n]
-                c_idx += [c, use[key]]
-                v_idx += [1.0, -1.0]
-            if flow:
-                rows.add(np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
-                         np.full(len(flow), -np.inf), np.zeros(len(flow)))
-    # capacity rows: sum_k m_k u_{k,l,t} - cap_l r_t <= 0 (links, then groups)
-    index = {l.key: i for i, l in enumerate(links)}
-    sets = [([i], caps[i]) for i in range(len(links))]
-    sets += [([index[key] for key in g.links], topology.group_capacity(g)) for g in topology.groups]
-    by_link_step: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for (k, i, t), c in use.items():
-        by_link_step.setdefault((i, t), []).append((c, multiplicity[k]))
-    r_idx, c_idx, v_idx = [], [], []
-    n = 0
-    for members, cap in sets:
-        for t in range(1, S + 1):
-            terms = [term for i in members for term in by_link_step.get((i, t), [])]
-            if not terms:
-                continue
-            for c, m in terms:
-                r_idx.append(n)
-                c_idx.append(c)
-                v_idx.append(float(m))
-            r_idx.append(n)
-            c_idx.append(t - 1)
-            v_idx.append(-float(cap))
-            n += 1
-    if n:
-        rows.add(np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
-                 np.full(n, -np.inf), np.zeros(n))
-    cost = np.zeros(col)
-    upper = np.full(col, np.inf)
-    if fixed is None:
-        cost[:S] = 1.0
-        rows.add(np.arange(S), np.arange(S), np.ones(S), np.ones(S), np.full(S, np.inf))  # r_t >= 1
-    else:
-        cost[S] = 1.0  # r_t = fixed_t * x
-        rows.add(np.repeat(np.arange(S), 2), np.ravel([[t, S] for t in range(S)]),
-                 np.ravel([[1.0, -float(f)] for f in fixed]), np.zeros(S), np.zeros(S))
-    r, c, v, lower, upper_rows = rows.arrays()
-    return solve_lp(cost, upper, (r, c, v), lower, upper_rows)
-
-
 def least_rounds(topology: Topology, collective: Collective, steps: int) -> int:
-    """Smallest whole R the relaxation allows (``steps`` when no bound is available)."""
+    """Smallest whole R the relaxation allows with whole rounds in every step (``steps`` when
+    no bound is available): the LP's bound, raised by the MIP over the rounds per step."""
     value = step_rounds_bound(topology, collective, steps)
     if value is None:
         return steps
     if value == math.inf:
         return math.inf  # type: ignore[return-value]
-    return max(steps, math.ceil(value - 1e-6))
+    floor = max(steps, math.ceil(value - 1e-6))
+    relax, scale = _relaxation_for(topology, collective, steps)
+    if floor > steps and not _whole_at_floor(relax, scale, floor):
+        whole = relax.least_whole_total(scale)
+        if whole is not None:
+            floor = max(floor, math.ceil(whole - 1e-6))
+    return floor
+
+
+def _whole_at_floor(relax: StepRelaxation, scale: int, floor: int) -> bool:
+    """True when some split of ``floor`` rounds is known feasible without a MIP: the most
+    balanced one, when its LP says so (then the MIP could not raise the floor)."""
+    S = relax.steps
+    split = tuple(floor // S + (1 if t < floor % S else 0) for t in range(S))
+    if relax.cut_rules_out(split, scale):
+        return False
+    value = relax.load(split, scale)
+    return value is not None and value <= 1 + TOLERANCE

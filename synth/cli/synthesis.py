@@ -36,7 +36,8 @@ def add_synthesis_parsers(sub) -> None:
 
     p = sub.add_parser("pareto", help="latency/bandwidth Pareto frontier of optimal schedules")
     add_problem(p)
-    p.add_argument("--max-chunks", type=int, default=8, help="largest chunks per rank to try (default 8)")
+    p.add_argument("--max-chunks", type=int,
+                   help="largest chunks per rank to try (default 16 for broadcast and reduce, 8 otherwise)")
     p.add_argument("--direct", action="store_true",
                    help="allreduce: also search the direct encoding (overlapping reduce/copy trees; slower)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",

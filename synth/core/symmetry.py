@@ -132,6 +132,130 @@ def collective_symmetries(topology: Topology, collective: Collective, limit: int
     return out
 
 
+AUTOMORPHISM_LIMIT = 1024  # beyond this many (NVSwitch boxes: n!) the search keeps to rotations
+
+
+def search_symmetries(topology: Topology, collective: Collective) -> list[Symmetry]:
+    """The symmetries a *restricted* search ties variables under (identity first).
+
+    A group acting freely on the ranks (no element but the identity fixes a rank) restricts
+    least: every rank's routes stay free, only their images are tied. The full group of a
+    torus or hypercube fixes ranks (a reflection through rank 0), which forces symmetric
+    routes out of rank 0 and makes tight budgets unsatisfiable under the restriction
+    (torus:4x4 alltoall, S=4, R=8: the 16 translations find it in 2 s; the full group of
+    384 finds nothing in 120 s). So: the largest cyclic rotation group when it is regular,
+    else the largest freely acting subgroup found among the automorphisms, else (rooted
+    collectives: every symmetry fixes the root) ``collective_symmetries``.
+
+    >>> from synth.core.generators import torus
+    >>> from synth.core.collectives import alltoall
+    >>> len(search_symmetries(torus((4, 4)), alltoall(16)))
+    16
+    """
+    n = topology.ranks
+    rotations = rotation_group(topology)
+    if len(rotations) < n:
+        perms = automorphisms(topology, AUTOMORPHISM_LIMIT)
+        if len(perms) < AUTOMORPHISM_LIMIT:
+            kept = [p for p in perms if chunk_permutation(collective, p) is not None]
+            free = free_subgroup(kept, n)
+            if len(free) > max(1, len(rotations)):
+                return _with_chunks(collective, free)
+    return collective_symmetries(topology, collective)
+
+
+def _with_chunks(collective: Collective, perms: list[tuple[int, ...]]) -> list[Symmetry]:
+    out = [Symmetry(p, chunk_permutation(collective, p)) for p in perms]  # type: ignore[arg-type]
+    out.sort(key=lambda s: not s.is_identity)
+    return out
+
+
+def free_subgroup(perms: list[tuple[int, ...]], n: int, seeds: int = 24) -> list[tuple[int, ...]]:
+    """A large subgroup of the group ``perms`` (closed under composition) acting freely on
+    range(n): greedy growth from each of up to ``seeds`` elements whose cycles all have one
+    length (largest order first), stopping at a regular subgroup (order n). Identity first.
+
+    >>> rot = [tuple((r + k) % 4 for r in range(4)) for k in range(4)]
+    >>> flips = [tuple((k - r) % 4 for r in range(4)) for k in range(4)]
+    >>> sorted(free_subgroup(rot + flips, 4)) == sorted(rot)
+    True
+    """
+    identity = tuple(range(n))
+    moving = [p for p in perms if _cycles_equal(p) and p != identity]  # its powers are free too
+    moving.sort(key=lambda p: (-_order(p), p))
+    best = [identity]
+    for seed in moving[:seeds]:
+        group = _closure([seed], n)
+        if group is None:
+            continue
+        for other in moving:
+            if len(group) == n:
+                break
+            if other in group:
+                continue
+            if any(_has_fixed_point(_compose(other, g)) for g in group):
+                continue
+            grown = _closure(list(group) + [other], n)
+            if grown is not None:
+                group = grown
+        if len(group) > len(best):
+            best = sorted(group, key=lambda p: p != identity)
+        if len(best) == n:
+            break
+    return best
+
+
+def _cycles_equal(p: tuple[int, ...]) -> bool:
+    """All cycles of p have one length (so no power of p but the identity fixes a point)."""
+    lengths, seen = set(), set()
+    for start in range(len(p)):
+        if start in seen:
+            continue
+        r, k = start, 0
+        while r not in seen:
+            seen.add(r)
+            r, k = p[r], k + 1
+        lengths.add(k)
+    return len(lengths) == 1
+
+
+def _compose(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(a[b[r]] for r in range(len(a)))
+
+
+def _has_fixed_point(p: tuple[int, ...]) -> bool:
+    return any(p[r] == r for r in range(len(p)))
+
+
+def _order(p: tuple[int, ...]) -> int:
+    q, k = p, 1
+    identity = tuple(range(len(p)))
+    while q != identity:
+        q, k = _compose(p, q), k + 1
+    return k
+
+
+def _closure(generators: list[tuple[int, ...]], n: int) -> set[tuple[int, ...]] | None:
+    """The group the generators make, or None once it has more than n elements or an element
+    other than the identity with a fixed point (it would not act freely)."""
+    identity = tuple(range(n))
+    group = {identity}
+    frontier = [identity]
+    while frontier:
+        nxt = []
+        for g in frontier:
+            for gen in generators:
+                h = _compose(gen, g)
+                if h in group:
+                    continue
+                if _has_fixed_point(h) or len(group) >= n:
+                    return None
+                group.add(h)
+                nxt.append(h)
+        frontier = nxt
+    return group
+
+
 def interchangeable_chunks(collective: Collective) -> list[list[int]]:
     """Classes of chunks with identical pre and post (any schedule may relabel them)."""
     classes: dict[tuple[frozenset, frozenset], list[int]] = {}

@@ -54,29 +54,83 @@ def solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit: fl
     >>> round(obj, 6), [abs(round(float(v), 6)) for v in x]
     (-2.0, [0.0, 1.0])
     """
+    if solver == "cbc":
+        rows, cols, vals, col_upper, row_lower, row_upper = _canonical(coo, col_upper, row_lower, row_upper)
+        return _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper, time_limit)
+    highs = _run_highs(cost, None, col_upper, coo, row_lower, row_upper, time_limit, method)
+    if highs is None:
+        return None
+    x = np.asarray(highs.getSolution().col_value, dtype=float)
+    return float(highs.getInfo().objective_function_value), x
+
+
+def solve_lp_with_duals(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_SECONDS,
+                        col_lower=None) -> tuple[float, np.ndarray] | None:
+    """(objective, row duals) of the LP, HiGHS's sign convention (a <= row of a minimisation that
+    binds has a dual <= 0); None unless optimal. ``col_lower`` defaults to zeros.
+
+    >>> obj, duals = solve_lp_with_duals([1.0], [np.inf], ([0], [0], [1.0]), [2.0], [np.inf])
+    >>> round(obj, 6), round(float(duals[0]), 6)
+    (2.0, 1.0)
+    """
+    highs = _run_highs(cost, col_lower, col_upper, coo, row_lower, row_upper, time_limit, None)
+    if highs is None:
+        return None
+    return float(highs.getInfo().objective_function_value), np.asarray(highs.getSolution().row_dual, dtype=float)
+
+
+def solve_mip_bound(cost, col_lower, col_upper, coo, row_lower, row_upper, integer_columns,
+                    time_limit: float = LP_SECONDS) -> float | None:
+    """A proven lower bound on min cost.x with the given columns integral: HiGHS's MIP dual
+    bound (the optimum when it finishes, still a bound when time runs out); None when the
+    model is infeasible or HiGHS reports no bound.
+
+    >>> round(solve_mip_bound([1.0], [0.0], [np.inf], ([0], [0], [2.0]), [3.0], [np.inf], [0]), 6)
+    2.0
+    """
+    import highspy
+
+    integrality = np.zeros(len(cost), dtype=bool)
+    integrality[list(integer_columns)] = True
+    highs = _run_highs(cost, col_lower, col_upper, coo, row_lower, row_upper, time_limit, None,
+                       integrality=integrality, require_optimal=False)
+    status = highs.getModelStatus()
+    if status == highspy.HighsModelStatus.kOptimal:
+        return float(highs.getInfo().mip_dual_bound)
+    if status == highspy.HighsModelStatus.kTimeLimit:
+        bound = float(highs.getInfo().mip_dual_bound)
+        return bound if math.isfinite(bound) else None
+    return None
+
+
+def _canonical(coo, col_upper, row_lower, row_upper):
+    """COO sorted by (row, column) with repeated entries added up (HiGHS refuses duplicates)."""
     rows, cols, vals = (np.asarray(a) for a in coo)
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
-    if len(rows) > 1:  # repeated (row, column) entries add up (HiGHS refuses duplicates)
+    if len(rows) > 1:
         first = np.concatenate(([True], (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])))
         if not first.all():
             vals = np.add.reduceat(np.asarray(vals, dtype=float), np.flatnonzero(first))
             rows, cols = rows[first], cols[first]
-    col_upper = np.asarray(col_upper, dtype=float)
-    row_lower = np.asarray(row_lower, dtype=float)
-    row_upper = np.asarray(row_upper, dtype=float)
-    if solver == "cbc":
-        return _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper, time_limit)
-    try:
-        import highspy
-    except ImportError:  # pragma: no cover - highspy is a dependency
-        return _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper, time_limit)
+    return (rows, cols, vals, np.asarray(col_upper, dtype=float), np.asarray(row_lower, dtype=float),
+            np.asarray(row_upper, dtype=float))
+
+
+def _run_highs(cost, col_lower, col_upper, coo, row_lower, row_upper, time_limit, method,
+               integrality=None, require_optimal: bool = True):
+    """A solved Highs object, or None unless the status is optimal (``require_optimal``).
+    ``integrality``: a boolean per column (a MIP; its gap is closed to less than one unit, the
+    objective being integral where it is used)."""
+    rows, cols, vals, col_upper, row_lower, row_upper = _canonical(coo, col_upper, row_lower, row_upper)
+    import highspy
+
     starts = np.searchsorted(rows, np.arange(len(row_lower) + 1))
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = len(cost), len(row_lower)
     lp.col_cost_ = np.asarray(cost, dtype=float)
-    lp.col_lower_ = np.zeros(len(cost))
+    lp.col_lower_ = np.zeros(len(cost)) if col_lower is None else np.asarray(col_lower, dtype=float)
     lp.col_upper_ = np.where(np.isinf(col_upper), inf, col_upper).astype(float)
     lp.row_lower_ = np.where(np.isinf(row_lower), -inf, row_lower).astype(float)
     lp.row_upper_ = np.where(np.isinf(row_upper), inf, row_upper).astype(float)
@@ -84,18 +138,24 @@ def solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit: fl
     lp.a_matrix_.start_ = starts.astype(np.int32)
     lp.a_matrix_.index_ = cols.astype(np.int32)
     lp.a_matrix_.value_ = vals.astype(float)
+    if integrality is not None:
+        lp.integrality_ = [highspy.HighsVarType.kInteger if flag else highspy.HighsVarType.kContinuous
+                           for flag in integrality]
     highs = _new_highs(highspy)
     highs.setOptionValue("output_flag", False)
     highs.setOptionValue("random_seed", 0)
     highs.setOptionValue("time_limit", float(time_limit))
-    # interior point is far faster than simplex on the big, degenerate flow LPs
-    highs.setOptionValue("solver", method or ("ipm" if len(cost) > 5000 else "simplex"))
+    if integrality is None:
+        # interior point is far faster than simplex on the big, degenerate flow LPs
+        highs.setOptionValue("solver", method or ("ipm" if len(cost) > 5000 else "simplex"))
+    else:
+        highs.setOptionValue("mip_rel_gap", 0.0)
+        highs.setOptionValue("mip_abs_gap", 0.5)
     highs.passModel(lp)
     highs.run()
-    if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+    if require_optimal and highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
-    x = np.asarray(highs.getSolution().col_value, dtype=float)
-    return float(highs.getInfo().objective_function_value), x
+    return highs
 
 
 def _new_highs(highspy):

@@ -65,11 +65,23 @@ class Frontier:
     bounds: dict = field(default_factory=dict)
 
 
+PIPELINED = ("broadcast", "reduce")  # one root's data split into many chunks: deep pipelines win
+MAX_CHUNKS = 8
+MAX_CHUNKS_PIPELINED = 16
+
+
+def default_max_chunks(name: str) -> int:
+    """The chunk cap of a frontier walk: 16 for broadcast and reduce, whose points keep
+    improving with pipeline depth (dgx1 broadcast: (3,5,12) and (4,4,13) beat every point
+    with at most 8 chunks), 8 for the rest."""
+    return MAX_CHUNKS_PIPELINED if name in PIPELINED else MAX_CHUNKS
+
+
 def pareto(
     topology: Topology,
     name: str,
     root: int | None = None,
-    max_chunks: int = 8,
+    max_chunks: int | None = None,
     time_limit: float | None = 60.0,
     progress: Progress = _quiet,
     options: SmtOptions = SmtOptions(),
@@ -79,11 +91,14 @@ def pareto(
     """Walk steps upward from the steps bound; for each, the least rounds/chunk below the best so far.
 
     Stops when a point meets both bounds, or when no (R, C) with R >= S, C <= max_chunks can
-    beat the best ratio found. Ctrl-C returns what was found so far (complete=False).
+    beat the best ratio found; the frontier's note says which. Ctrl-C returns what was found
+    so far (complete=False). ``max_chunks`` None: ``default_max_chunks(name)``.
     ``jobs`` > 1: the independent sweeps (allreduce's reduce_scatter and allgather frontiers)
     run side by side, each in its own process (the same frontier: the search's budgets are
     work units, not seconds).
     """
+    if max_chunks is None:
+        max_chunks = default_max_chunks(name)
     if name == "allreduce":
         return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce, jobs=jobs)
     session = SmtSession(topology, name, root, options)
@@ -129,8 +144,13 @@ def _search(
             ceiling = bar(S)
             if ceiling is None:
                 # any schedule with S steps at all? (ample rounds); its rounds cap the search
+                # a probe: any rounds will do; twice the floor first (a small encoding: alltoall's
+                # ample cap is steps x n^2 rounds), then the cap that certainly suffices
                 R = _rounds_cap(session, S, 1)
-                result = attempt(S, R, 1, by_splits=False)  # a probe: any rounds will do
+                near = max(S, 2 * session.rounds_floor(S, 1))
+                result = attempt(S, near, 1, by_splits=False) if near < R else None
+                if result is None or result.status != Status.SOLVED:
+                    result = attempt(S, R, 1, by_splits=False)
                 if result.status == Status.SOLVED:
                     incumbent = FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule, result.seconds)
                     ceiling = incumbent.ratio
@@ -164,12 +184,24 @@ def _search(
         note = "interrupted"
         if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
             points.append(incumbent)  # the best found for this step count so far (maybe not least)
-    if not note and ratio_lb is not None and (best is None or best > ratio_lb) and not known:
-        note = (f"the rounds bound {ratio_lb} is not reached with at most {max_chunks} chunks; "
-                f"best rounds/chunk found: {best}")
+    if not note and not known:
+        note = _stop_reason(S, best, ratio_lb, max_chunks, max_steps)
     frontier = _non_dominated(points)
     return Frontier(topology, name, tuple(frontier), complete, tuple(attempts), note,
                     {"steps": steps_lb, "rounds_per_chunk": str(ratio_lb) if ratio_lb is not None else None})
+
+
+def _stop_reason(S: int, best: Fraction | None, ratio_lb: Fraction | None, max_chunks: int,
+                 max_steps: int | None) -> str:
+    """Why the walk ended at step count S (the first one not searched)."""
+    if best is not None and ratio_lb is not None and best <= ratio_lb:
+        return f"the walk stopped: rounds/chunk {best} meets the rounds bound"
+    if max_steps is not None and S > max_steps:
+        return f"the walk stopped at {max_steps} steps, the cap it was given; best rounds/chunk found: {best}"
+    bound = f"the rounds bound {ratio_lb} is not reached" if ratio_lb is not None else "no rounds bound"
+    return (f"{bound} with at most {max_chunks} chunks; best rounds/chunk found: {best}; the walk stopped "
+            f"at {S - 1} steps: {S} steps need at least {S} rounds and {S}/{max_chunks} is no better "
+            f"(raise --max-chunks to search on)")
 
 
 def _candidates(S: int, ratio_lb, ceiling: Fraction, max_chunks: int) -> list[tuple[int, int]]:
