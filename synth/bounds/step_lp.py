@@ -462,7 +462,8 @@ def distribution_load(
     return math.inf if relax.unreachable else relax.load(tuple(rounds_per_step), scale)
 
 
-def open_splits(topology: Topology, collective: Collective, rounds: int, steps: int) -> list[tuple[int, ...]] | None:
+def open_splits(topology: Topology, collective: Collective, rounds: int, steps: int,
+                max_solves: int = 24) -> list[tuple[int, ...]] | None:
     """``StepRelaxation.open_splits`` for this collective; every split, balanced first, where
     the relaxation does not apply (combining collectives, fractional capacities); None when
     there are too many splits to list."""
@@ -473,7 +474,7 @@ def open_splits(topology: Topology, collective: Collective, rounds: int, steps: 
     if found is None:
         return [tuple(row) for row in every.tolist()]
     relax, scale = found
-    return [] if relax.unreachable else relax.open_splits(rounds, scale)
+    return [] if relax.unreachable else relax.open_splits(rounds, scale, max_solves)
 
 
 def split_ruled_out(topology: Topology, collective: Collective, rounds_per_step: tuple[int, ...],

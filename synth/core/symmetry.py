@@ -15,6 +15,7 @@ class goes to chunk i of the image class. Solvers use these to tie symmetric chu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import networkx as nx
 from networkx.algorithms.isomorphism import DiGraphMatcher
@@ -74,7 +75,12 @@ def _is_automorphism(topology: Topology, perm: tuple[int, ...]) -> bool:
 
 def automorphisms(topology: Topology, limit: int = 64) -> list[tuple[int, ...]]:
     """Up to ``limit`` rank permutations that preserve links (bandwidth, alpha, capacity, kind)
-    and groups."""
+    and groups (found once per topology and limit)."""
+    return list(_automorphisms(topology, limit))
+
+
+@lru_cache(maxsize=64)
+def _automorphisms(topology: Topology, limit: int) -> tuple[tuple[int, ...], ...]:
     graph = nx.DiGraph()
     graph.add_nodes_from(range(topology.ranks))
     for link in topology.links:
@@ -89,7 +95,7 @@ def automorphisms(topology: Topology, limit: int = 64) -> list[tuple[int, ...]]:
         found.append(perm)
         if len(found) >= limit:
             break
-    return found
+    return tuple(found)
 
 
 def _preserves_groups(perm: tuple[int, ...], groups: dict) -> bool:

@@ -75,7 +75,7 @@ class SmtSession:
         gets its LP solved (ruled out, or kept; each solve's cut may rule out later splits).
         """
         started = time.perf_counter()
-        splits = self._open_splits(steps, rounds, chunks) if by_splits else None
+        splits = self._open_splits(steps, rounds, chunks, solve_lps=False) if by_splits else None
         if splits == []:
             return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
                                "every split of the rounds over the steps is ruled out by the LP bound")
@@ -106,9 +106,15 @@ class SmtSession:
         check_schedule(schedule)
         return SolveResult(Status.SOLVED, schedule, seconds)
 
-    def _open_splits(self, steps: int, rounds: int, chunks: int) -> list[tuple[int, ...]] | None:
+    def _open_splits(self, steps: int, rounds: int, chunks: int, solve_lps: bool = True) -> list[tuple[int, ...]] | None:
         """Splits of the rounds over the steps the step LP does not rule out, LP-feasible ones
-        first ([]: every split is ruled out, a proof; None: too many to go split by split)."""
+        first ([]: every split is ruled out, a proof; None: too many to go split by split).
+        ``solve_lps`` False: when few splits are open (FEW_SPLITS), known cuts only (the
+        restricted search settles those quickly; the first pass's prune solves what it leaves)."""
+        if not solve_lps:
+            few = open_splits(self.topology, self.collective(chunks), rounds, steps, max_solves=0)
+            if few is not None and len(few) <= FEW_SPLITS:
+                return few
         found = open_splits(self.topology, self.collective(chunks), rounds, steps)
         if found is None or len(found) > MAX_SPLITS:
             return None
@@ -173,6 +179,7 @@ def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
 
 
 MAX_SPLITS = 200
+FEW_SPLITS = 12
 
 
 def _splits(rounds: int, steps: int) -> list[tuple[int, ...]] | None:
