@@ -210,7 +210,8 @@ class StepRelaxation:
                                      col_lower=col_lower)
         if solved is None:
             return None
-        objective, row_duals = solved
+        objective, row_duals, values = solved
+        self._last_tail = values[self.columns:]
         weights = -row_duals[self.flow_rows:self.flow_rows + n_cap]  # >= 0 on the capacity rows
         a = np.bincount(self.step_of_row, weights=np.maximum(weights, 0.0) * self.cap_of_row,
                         minlength=self.steps)
@@ -228,7 +229,7 @@ class StepRelaxation:
         if solved is None:
             return None
         objective, cut = solved
-        self._keep(cut, None)
+        self._keep(cut, (tuple(self._last_tail), 1, None))  # the optimum itself must satisfy the cut
         return objective * scale
 
     def least_whole_total(self, scale: int) -> float | None:
@@ -272,12 +273,16 @@ class StepRelaxation:
         return objective
 
     def _keep(self, cut: SplitCut, check) -> None:
-        """Keep a cut when it is consistent with the solve it came from (duals are floats)."""
-        if check is not None:
-            split, scale, objective = check
-            lhs = sum(w * r for w, r in zip(cut.weights, split)) / scale
-            if abs(lhs - 1.0) > 1e-6 or abs(cut.floor - objective) > 1e-6 * max(1.0, objective):
+        """Keep a cut when it is consistent with the solve it came from (duals are floats):
+        ``check`` = (rounds of that solve, scale, its load), or (its optimum per chunk unit, 1,
+        None) for the least-total solve, whose optimum lies on its cut."""
+        split, scale, objective = check
+        lhs = sum(w * r for w, r in zip(cut.weights, split)) / scale
+        if objective is None:  # least_total: the optimum (per chunk unit) lies on the cut
+            if abs(lhs - cut.floor) > 1e-6 * max(1.0, cut.floor):
                 return
+        elif abs(lhs - 1.0) > 1e-6 or abs(cut.floor - objective) > 1e-6 * max(1.0, objective):
+            return
         if all(w >= 0 for w in cut.weights) and cut.floor > 0:
             self.cuts.append(cut)
 

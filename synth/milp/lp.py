@@ -65,18 +65,20 @@ def solve_lp_solution(cost, col_upper, coo, row_lower, row_upper, time_limit: fl
 
 
 def solve_lp_with_duals(cost, col_upper, coo, row_lower, row_upper, time_limit: float = LP_SECONDS,
-                        col_lower=None) -> tuple[float, np.ndarray] | None:
-    """(objective, row duals) of the LP, HiGHS's sign convention (a <= row of a minimisation that
-    binds has a dual <= 0); None unless optimal. ``col_lower`` defaults to zeros.
+                        col_lower=None) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """(objective, row duals, column values) of the LP, HiGHS's sign convention (a <= row of a
+    minimisation that binds has a dual <= 0); None unless optimal. ``col_lower`` defaults to zeros.
 
-    >>> obj, duals = solve_lp_with_duals([1.0], [np.inf], ([0], [0], [1.0]), [2.0], [np.inf])
-    >>> round(obj, 6), round(float(duals[0]), 6)
-    (2.0, 1.0)
+    >>> obj, duals, x = solve_lp_with_duals([1.0], [np.inf], ([0], [0], [1.0]), [2.0], [np.inf])
+    >>> round(obj, 6), round(float(duals[0]), 6), round(float(x[0]), 6)
+    (2.0, 1.0, 2.0)
     """
     highs = _run_highs(cost, col_lower, col_upper, coo, row_lower, row_upper, time_limit, None)
     if highs is None:
         return None
-    return float(highs.getInfo().objective_function_value), np.asarray(highs.getSolution().row_dual, dtype=float)
+    solution = highs.getSolution()
+    return (float(highs.getInfo().objective_function_value), np.asarray(solution.row_dual, dtype=float),
+            np.asarray(solution.col_value, dtype=float))
 
 
 def solve_mip_bound(cost, col_lower, col_upper, coo, row_lower, row_upper, integer_columns,

@@ -54,6 +54,7 @@ def test_a_cut_never_rules_out_a_split_the_lp_allows(seed):
     coll = session.collective(chunks)
     rounds = rng.randint(steps, steps + 6)
     relax, scale = step_lp._relaxation_for(session.topology, coll, steps)
+    relax.least_total(scale)  # its cut too
     for split in compositions(rounds, steps).tolist()[:8]:
         relax.load(tuple(split), scale)  # gather cuts
     for split in compositions(max(steps, rounds + rng.randint(-1, 2)), steps).tolist():
