@@ -185,6 +185,8 @@ def cmd_pareto(args) -> int:
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.max_chunks is not None and args.max_chunks < 1:
+        raise InputError(f"--max-chunks must be at least 1, got {args.max_chunks}")
     topo = topology_of(args.topology)
     frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, progress,
                       direct_allreduce=args.direct, jobs=args.jobs)

@@ -232,6 +232,12 @@ def test_pareto_writes_frontier_and_schedules(capsys, tmp_path):
         assert verify(load_schedule(tmp_path / "f" / point["schedule"])) == []
 
 
+def test_pareto_refuses_a_chunk_cap_below_one(capsys, tmp_path):
+    code, _, err = run(capsys, "pareto", "ring:4", "broadcast", "--max-chunks", "0", "-o", str(tmp_path / "f"))
+    assert code == 2 and "--max-chunks must be at least 1, got 0" in err
+    assert not (tmp_path / "f").exists()
+
+
 def test_least_steps_gives_up_at_the_cap(capsys, tmp_path):
     code, _, err = run(capsys, "least-steps", "line:4", "broadcast", "--max-steps", "2")
     assert code == 3 and "no schedule with" in err
