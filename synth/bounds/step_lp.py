@@ -192,13 +192,12 @@ class StepRelaxation:
         self.step_of_row = np.array(step_of_row, dtype=np.int64)
         return True
 
-    def _solve(self, tail_cols: int, tail_coo, cost_tail, lower_tail, extra_rows=None):
-        """Solve with ``tail_cols`` extra columns after the flows; returns (objective, cut) or None."""
+    def _model(self, tail_coo, cost_tail, lower_tail):
+        """The LP with the flows and the given tail columns in the capacity rows:
+        (cost, column lower bounds, COO, row lower, row upper)."""
         n_cap = len(self.cap_of_row)
         rows = LpRows()
-        for part in self.rows.parts:
-            rows.parts.append(part)
-        rows.count = self.rows.count
+        rows.parts, rows.count = list(self.rows.parts), self.rows.count
         r_idx, c_idx, v_idx = self.capacity
         t_rows, t_cols, t_vals = tail_coo
         rows.add(np.concatenate([r_idx, t_rows]), np.concatenate([c_idx, t_cols + self.columns]),
@@ -206,30 +205,36 @@ class StepRelaxation:
         cost = np.concatenate([np.zeros(self.columns), cost_tail])
         col_lower = np.concatenate([np.zeros(self.columns), lower_tail])
         r, c, v, lo, up = rows.arrays()
-        solved = solve_lp_with_duals(cost, np.full(len(cost), np.inf), (r, c, v), lo, up, LP_SECONDS,
-                                     col_lower=col_lower)
+        return cost, col_lower, (r, c, v), lo, up
+
+    def _solve(self, tail_coo, cost_tail, lower_tail):
+        """Solve with the tail; (objective, cut, tail column values) or None."""
+        cost, col_lower, coo, lo, up = self._model(tail_coo, cost_tail, lower_tail)
+        solved = solve_lp_with_duals(cost, np.full(len(cost), np.inf), coo, lo, up, LP_SECONDS, col_lower=col_lower)
         if solved is None:
             return None
         objective, row_duals, values = solved
-        self._last_tail = values[self.columns:]
+        n_cap = len(self.cap_of_row)
         weights = -row_duals[self.flow_rows:self.flow_rows + n_cap]  # >= 0 on the capacity rows
         a = np.bincount(self.step_of_row, weights=np.maximum(weights, 0.0) * self.cap_of_row,
                         minlength=self.steps)
         beta = float(row_duals[:self.flow_rows] @ self.flow_rhs)
-        return objective, SplitCut(tuple(float(x) for x in a), beta)
+        return objective, SplitCut(tuple(float(x) for x in a), beta), values[self.columns:]
+
+    def _rounds_tail(self, scale: float):
+        """Capacity rows' tail for one column of rounds per step (per chunk unit: r_t / scale)."""
+        return np.arange(len(self.cap_of_row)), self.step_of_row, -self.cap_of_row / scale
 
     def least_total(self, scale: int) -> float | None:
         """min sum_t r_t (per chunk unit times ``scale``) subject to r_t >= 1."""
         if self.unreachable:
             return math.inf
         S = self.steps
-        n_cap = len(self.cap_of_row)
-        tail = (np.arange(n_cap), self.step_of_row, -self.cap_of_row)
-        solved = self._solve(S, tail, np.ones(S), np.full(S, 1.0 / scale))
+        solved = self._solve(self._rounds_tail(1.0), np.ones(S), np.full(S, 1.0 / scale))
         if solved is None:
             return None
-        objective, cut = solved
-        self._keep(cut, (tuple(self._last_tail), 1, None))  # the optimum itself must satisfy the cut
+        objective, cut, optimum = solved
+        self._keep(cut, (tuple(optimum), 1, None))  # the optimum itself must satisfy the cut
         return objective * scale
 
     def least_whole_total(self, scale: int) -> float | None:
@@ -239,17 +244,8 @@ class StepRelaxation:
         if self.unreachable:
             return math.inf
         S = self.steps
-        n_cap = len(self.cap_of_row)
-        tail_rows, tail_cols, tail_vals = np.arange(n_cap), self.step_of_row, -self.cap_of_row / scale
-        rows = LpRows()
-        rows.parts, rows.count = list(self.rows.parts), self.rows.count
-        r_idx, c_idx, v_idx = self.capacity
-        rows.add(np.concatenate([r_idx, tail_rows]), np.concatenate([c_idx, tail_cols + self.columns]),
-                 np.concatenate([v_idx, tail_vals]), np.full(n_cap, -np.inf), np.zeros(n_cap))
-        cost = np.concatenate([np.zeros(self.columns), np.ones(S)])
-        col_lower = np.concatenate([np.zeros(self.columns), np.ones(S)])
-        r, c, v, lo, up = rows.arrays()
-        return solve_mip_bound(cost, col_lower, np.full(len(cost), np.inf), (r, c, v), lo, up,
+        cost, col_lower, coo, lo, up = self._model(self._rounds_tail(float(scale)), np.ones(S), np.ones(S))
+        return solve_mip_bound(cost, col_lower, np.full(len(cost), np.inf), coo, lo, up,
                                range(self.columns, self.columns + S), MIP_SECONDS)
 
     def load(self, rounds_per_step: tuple[int, ...], scale: int) -> float | None:
@@ -265,10 +261,10 @@ class StepRelaxation:
         n_cap = len(self.cap_of_row)
         per_unit = np.array(rounds_per_step, dtype=float)[self.step_of_row] / scale
         tail = (np.arange(n_cap), np.zeros(n_cap, dtype=np.int64), -self.cap_of_row * per_unit)
-        solved = self._solve(1, tail, np.ones(1), np.zeros(1))
+        solved = self._solve(tail, np.ones(1), np.zeros(1))
         if solved is None:
             return None
-        objective, cut = solved
+        objective, cut, _ = solved
         self._keep(cut, (rounds_per_step, scale, objective))
         return objective
 
