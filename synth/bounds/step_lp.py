@@ -66,21 +66,37 @@ class StepRelaxation:
     """
 
     def __init__(self, topology: Topology, classes: tuple[tuple[frozenset, frozenset, int], ...], steps: int,
-                 group: tuple[tuple[int, ...], ...] = ()):
+                 group: tuple[tuple[int, ...], ...] = (), pooled: int | None = None):
         """``group``: rank permutations (a group, identity included) that preserve the topology
         and map the classes onto each other with no class fixed by an element but the identity.
         Some optimal solution is invariant under it, so only one class per orbit gets flows and
         only one link (group) per orbit a capacity row: class g(k)'s use of link l is class
         k's use of g^-1(l). The rounds vectors the model allows, and so its bound and its
-        cuts, are the full model's."""
+        cuts, are the full model's.
+
+        ``pooled`` (1-based): that step stands for *any number* of steps (zero included), with
+        their rounds pooled (>= 0): inside it data moves any number of hops, each link carrying
+        at most capacity x its rounds in all. Every schedule with at least ``steps - 1`` steps
+        then fits the model (its first steps, its middle pooled, its last steps), so the least
+        total is a rounds bound for every step count at once (``least_rounds_any_steps``)."""
         self.steps = steps
+        self.pooled = pooled
         self.cuts: list[SplitCut] = []
         self._loads: dict[tuple[tuple[int, ...], int], float | None] = {}
         self.unreachable = False
         self.ok = self._build(topology, classes, steps, group or (tuple(range(topology.ranks)),))
 
+    def _hops_before(self, t: int) -> float:
+        """Hops data can have made before step t (every step one hop, the pooled one any)."""
+        return math.inf if self.pooled is not None and self.pooled < t else t - 1
+
+    def _hops_after(self, t: int) -> float:
+        """Hops data can still make after step t."""
+        return math.inf if self.pooled is not None and self.pooled > t else self.steps - t
+
     def _build(self, topology, classes, S, group) -> bool:
         dist = topology.hop_distances
+        before, after, pooled = self._hops_before, self._hops_after, self.pooled
         links = topology.links
         caps = [topology.link_capacity(l) for l in links]
         if any(c is None for c in caps) or any(topology.group_capacity(g) is None for g in topology.groups):
@@ -103,19 +119,23 @@ class StepRelaxation:
             multiplicity[k] = count
             near = [min(dist[h][r] for h in pre) for r in range(topology.ranks)]
             for d in sorted(post - pre):
-                if near[d] > S:
+                if near[d] > before(S + 1):
                     self.unreachable = True
                     return True
-                flow: dict[tuple[int, int], int] = {}  # (link index, step) -> column
+                # (link index, step) -> column: from (src, t-1) to (dst, t); in the pooled step
+                # from (src, t) to (dst, t), so data entering it can move on in it
+                flow: dict[tuple[int, int], int] = {}
                 hold: dict[tuple[int, int], int] = {}  # (rank, step) -> column: (r, t-1) -> (r, t)
                 for t in range(1, S + 1):
+                    inside = math.inf if t == pooled else 0
                     for i, l in enumerate(links):
-                        if l.dst in pre or near[l.src] > t - 1 or dist[l.dst][d] > S - t:
+                        if (l.dst in pre or near[l.src] > before(t) + inside
+                                or dist[l.dst][d] > after(t) + inside):
                             continue
                         flow[(i, t)] = col
                         col += 1
                     for r in range(topology.ranks):
-                        if r not in pre and near[r] <= t - 1 and dist[r][d] <= S - t:
+                        if r not in pre and near[r] <= before(t) and dist[r][d] <= after(t) + inside:
                             hold[(r, t)] = col
                             col += 1
                 if col > MAX_COLUMNS:
@@ -126,7 +146,7 @@ class StepRelaxation:
                     l = links[i]
                     node_terms.setdefault((l.dst, t), []).append((c, 1.0))
                     if l.src not in pre:
-                        node_terms.setdefault((l.src, t - 1), []).append((c, -1.0))
+                        node_terms.setdefault((l.src, t if t == pooled else t - 1), []).append((c, -1.0))
                 for (r, t), c in hold.items():
                     node_terms.setdefault((r, t), []).append((c, 1.0))
                     node_terms.setdefault((r, t - 1), []).append((c, -1.0))
@@ -221,6 +241,13 @@ class StepRelaxation:
         beta = float(row_duals[:self.flow_rows] @ self.flow_rhs)
         return objective, SplitCut(tuple(float(x) for x in a), beta), values[self.columns:]
 
+    def _least_rounds_per_step(self) -> np.ndarray:
+        """1 per step, 0 for the pooled one (it may stand for no steps at all)."""
+        least = np.ones(self.steps)
+        if self.pooled is not None:
+            least[self.pooled - 1] = 0.0
+        return least
+
     def _rounds_tail(self, scale: float):
         """Capacity rows' tail for one column of rounds per step (per chunk unit: r_t / scale)."""
         return np.arange(len(self.cap_of_row)), self.step_of_row, -self.cap_of_row / scale
@@ -230,7 +257,7 @@ class StepRelaxation:
         if self.unreachable:
             return math.inf
         S = self.steps
-        solved = self._solve(self._rounds_tail(1.0), np.ones(S), np.full(S, 1.0 / scale))
+        solved = self._solve(self._rounds_tail(1.0), np.ones(S), self._least_rounds_per_step() / scale)
         if solved is None:
             return None
         objective, cut, optimum = solved
@@ -244,7 +271,8 @@ class StepRelaxation:
         if self.unreachable:
             return math.inf
         S = self.steps
-        cost, col_lower, coo, lo, up = self._model(self._rounds_tail(float(scale)), np.ones(S), np.ones(S))
+        cost, col_lower, coo, lo, up = self._model(self._rounds_tail(float(scale)), np.ones(S),
+                                                   self._least_rounds_per_step())
         return solve_mip_bound(cost, col_lower, np.full(len(cost), np.inf), coo, lo, up,
                                range(self.columns, self.columns + S), MIP_SECONDS)
 
@@ -382,8 +410,8 @@ def _classes(collective: Collective) -> tuple[tuple[tuple[frozenset, frozenset, 
 
 
 @lru_cache(maxsize=256)
-def relaxation(topology: Topology, classes: tuple, steps: int) -> StepRelaxation:
-    return StepRelaxation(topology, classes, steps, class_symmetry(topology, classes))
+def relaxation(topology: Topology, classes: tuple, steps: int, pooled: int | None = None) -> StepRelaxation:
+    return StepRelaxation(topology, classes, steps, class_symmetry(topology, classes), pooled)
 
 
 @lru_cache(maxsize=64)
@@ -508,6 +536,40 @@ def least_rounds(topology: Topology, collective: Collective, steps: int) -> int:
         whole = relax.least_whole_total(scale)
         if whole is not None:
             floor = max(floor, math.ceil(whole - 1e-6))
+    return floor
+
+
+HEAD_STEPS = 1  # exact steps before the pooled middle of the any-steps relaxation
+TAIL_STEPS = 1  # and after it (the last steps are where forwarding ends: data that first
+# reaches a set of ranks in the last step must reach each of them over the set's in-links)
+
+
+@lru_cache(maxsize=1024)
+def least_rounds_any_steps(topology: Topology, collective: Collective, whole: bool = True) -> int | None:
+    """Fewest whole rounds of any schedule with at least HEAD_STEPS + TAIL_STEPS steps, however
+    many: the relaxation with the middle steps pooled (``StepRelaxation(pooled=)``), raised
+    (``whole``) by the MIP over whole rounds. None where the relaxation does not apply.
+
+    It rules out a (rounds, chunks) budget at every step count at once (mi250 allgather:
+    19 rounds for 8 chunks, 12 for 5, where the rounds bound allows 19 and 12), where the
+    per-step LPs would each have to be solved, and at 17+ steps each takes over a minute.
+    """
+    if collective.combining:
+        return None
+    classes, scale = _classes(collective)
+    relax = relaxation(topology, classes, HEAD_STEPS + 1 + TAIL_STEPS, HEAD_STEPS + 1)
+    if not relax.ok:
+        return None
+    if relax.unreachable:
+        return math.inf  # type: ignore[return-value]
+    value = relax.least_total(scale)
+    if value is None:
+        return None
+    floor = math.ceil(value - 1e-6)
+    if whole:
+        found = relax.least_whole_total(scale)
+        if found is not None:
+            floor = max(floor, math.ceil(found - 1e-6))
     return floor
 
 

@@ -11,7 +11,7 @@ import time
 
 from synth.smt.encoding import SmtInstance, SmtOptions
 from synth.smt.direct_allreduce import DirectAllreduceInstance
-from synth.bounds.step_lp import least_rounds, open_splits, split_ruled_out
+from synth.bounds.step_lp import HEAD_STEPS, TAIL_STEPS, least_rounds, least_rounds_any_steps, open_splits, split_ruled_out
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
@@ -53,6 +53,27 @@ class SmtSession:
     def rounds_floor(self, steps: int, chunks: int) -> float:
         """Fewest rounds any ``steps``-step schedule needs (time-expanded LP; inf: too few steps)."""
         return least_rounds(self.topology, self.collective(chunks), steps)
+
+    ANY_STEPS_FROM = HEAD_STEPS + TAIL_STEPS  # ``rounds_floor_any_steps`` holds from here on
+
+    def rounds_floor_any_steps(self, chunks: int, need: int | None = None) -> int:
+        """Fewest rounds any schedule with at least ``ANY_STEPS_FROM`` steps needs, whatever its
+        step count (the pooled relaxation; 0 where it does not apply). ``need``: the caller
+        only asks whether the floor reaches it, so the MIP runs only when the LP's does not."""
+        coll = self.collective(chunks)
+        floor = least_rounds_any_steps(self.topology, coll, whole=False)
+        if floor is not None and need is not None and floor >= need:
+            return floor
+        whole = least_rounds_any_steps(self.topology, coll, whole=True)
+        return whole if whole is not None else (floor or 0)
+
+    @property
+    def steps_split_freely(self) -> bool:
+        """True when a step of r rounds can always be split into steps of a and r - a rounds
+        (every link in at most one group: each link's and group's sends share out evenly), so
+        a schedule (S, R, C) gives one with S + 1 steps and the same R and C while S < R:
+        a budget infeasible at S steps is infeasible at every fewer step count."""
+        return all(len(groups) <= 1 for groups in self.topology.groups_of_link.values())
 
     def _instance(self, steps: int, chunks: int, max_rounds: int) -> SmtInstance:
         key = (steps, chunks)

@@ -136,10 +136,25 @@ def _search(
         ratios = [p.ratio for p in known if p.steps <= S] + ([best] if best is not None else [])
         return min(ratios) if ratios else None
 
+    def least(S: int, C: int, ceiling: Fraction) -> int:
+        """Fewest rounds a budget with C chunks can have at S steps or more, by the bounds that
+        hold for every step count (the rounds bound, R >= S, the any-steps relaxation)."""
+        low = max(S, math.ceil((ratio_lb or 0) * C))
+        if Fraction(low, C) < ceiling and S >= session.ANY_STEPS_FROM:
+            low = max(low, session.rounds_floor_any_steps(C, need=math.ceil(ceiling * C)))
+        return low
+
+    def open_at(S: int) -> bool:
+        """Can a budget with S or more steps still beat the bar?"""
+        ceiling = bar(S)
+        return ceiling is None or any(Fraction(least(S, C, ceiling), C) < ceiling for C in range(1, max_chunks + 1))
+
     S = steps_lb
     incumbent: FrontierPoint | None = None
+    unsettled: list[tuple[int, int, int]] = []  # candidate budgets that timed out
+    proven_to: dict[tuple[int, int], int] = {}  # (R, C) -> most steps it is proven infeasible at
     try:
-        while (bar(S) is None or S < bar(S) * max_chunks) and (max_steps is None or S <= max_steps):
+        while open_at(S) and (max_steps is None or S <= max_steps):
             incumbent = None
             ceiling = bar(S)
             if ceiling is None:
@@ -158,7 +173,8 @@ def _search(
                     complete = False
             if ceiling is not None:
                 infeasible_up_to: dict[int, int] = {}
-                for R, C in _candidates(S, ratio_lb, ceiling, max_chunks):
+                lows = {C: least(S, C, ceiling) for C in range(1, max_chunks + 1)}
+                for R, C in _candidates(lows, ceiling):
                     if R <= infeasible_up_to.get(C, 0):
                         continue  # fewer rounds than a proven-infeasible budget
                     if R < session.rounds_floor(S, C):
@@ -171,8 +187,10 @@ def _search(
                         break  # candidates come in increasing rounds/chunk: this is the least
                     if result.status == Status.INFEASIBLE:
                         infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), R)
+                        for r in range(S, R + 1):  # fewer rounds are infeasible too
+                            proven_to[(r, C)] = S
                     else:
-                        complete = False
+                        unsettled.append((S, R, C))
             if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
                 points.append(incumbent)
                 best = incumbent.ratio
@@ -184,6 +202,10 @@ def _search(
         note = "interrupted"
         if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
             points.append(incumbent)  # the best found for this step count so far (maybe not least)
+    # a budget that timed out at S steps is settled by a proof at more steps (splitting steps)
+    settles = session.steps_split_freely
+    unsettled = [(S_, R, C) for S_, R, C in unsettled if not (settles and proven_to.get((R, C), 0) >= S_)]
+    complete = complete and not unsettled
     if not note and not known:
         note = _stop_reason(S, best, ratio_lb, max_chunks, max_steps)
     frontier = _non_dominated(points)
@@ -199,16 +221,19 @@ def _stop_reason(S: int, best: Fraction | None, ratio_lb: Fraction | None, max_c
     if max_steps is not None and S > max_steps:
         return f"the walk stopped at {max_steps} steps, the cap it was given; best rounds/chunk found: {best}"
     bound = f"the rounds bound {ratio_lb} is not reached" if ratio_lb is not None else "no rounds bound"
+    if best is not None and Fraction(S, max_chunks) < best:
+        why = (f"every budget below {best} with {S} or more steps needs more rounds than the "
+               f"any-steps relaxation allows")
+    else:
+        why = f"{S} steps need at least {S} rounds and {S}/{max_chunks} is no better"
     return (f"{bound} with at most {max_chunks} chunks; best rounds/chunk found: {best}; the walk stopped "
-            f"at {S - 1} steps: {S} steps need at least {S} rounds and {S}/{max_chunks} is no better "
-            f"(raise --max-chunks to search on)")
+            f"at {S - 1} steps: {why} (raise --max-chunks to search on)")
 
 
-def _candidates(S: int, ratio_lb, ceiling: Fraction, max_chunks: int) -> list[tuple[int, int]]:
-    """(R, C) with R >= S, R/C in [ratio bound, ceiling), by increasing R/C then C."""
+def _candidates(lows: dict[int, int], ceiling: Fraction) -> list[tuple[int, int]]:
+    """(R, C) with R >= lows[C] and R/C < ceiling, by increasing R/C then C."""
     out = []
-    for C in range(1, max_chunks + 1):
-        low = max(S, math.ceil((ratio_lb or 0) * C))
+    for C, low in lows.items():
         R = low
         while Fraction(R, C) < ceiling:
             out.append((R, C))

@@ -3,6 +3,8 @@ and against the SMT search."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -105,3 +107,57 @@ def test_compositions_are_every_split_once():
     rows = compositions(7, 3).tolist()
     assert len(rows) == 15 and len({tuple(r) for r in rows}) == 15 and all(sum(r) == 7 and min(r) >= 1 for r in rows)
     assert rows[0] == [3, 2, 2] or max(rows[0]) - min(rows[0]) <= 1
+
+
+# The any-steps relaxation: the middle steps pooled, a rounds floor for every step count.
+
+@pytest.mark.parametrize("topo_name,name,chunks", [("ring:4", "allgather", 2), ("dgx1", "allgather", 2),
+                                                   ("hypercube:3", "alltoall", 1), ("ring:5", "broadcast", 3),
+                                                   ("torus:3x3", "allgather", 2)])
+def test_the_any_steps_floor_is_below_every_step_counts_floor(topo_name, name, chunks):
+    """Every S-step schedule fits the pooled model, so its floor is at most each S's (the per-S
+    relaxations are exact about the step count) and at least the rounds bound."""
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.core.collectives import make_collective
+
+    topo = resolve_topology(topo_name)
+    session = SmtSession(topo, name, 0 if name == "broadcast" else None)
+    coll = session.collective(chunks)
+    anywhere = step_lp.least_rounds_any_steps(session.topology, coll)
+    bound = lower_bounds(topo, make_collective(name, topo.ranks, root=0 if name == "broadcast" else None, chunks=1))
+    assert anywhere >= math.ceil(bound.rounds_per_chunk * chunks - 1e-9)
+    for steps in range(max(2, bound.steps), bound.steps + 5):
+        assert anywhere <= session.rounds_floor(steps, chunks)
+
+
+def test_the_any_steps_floor_is_what_the_solver_reaches_on_a_ring():
+    """ring:4 allgather with 2 chunks: 6 rounds whatever the steps; the solver finds 6 at 3 steps
+    and proves 5 impossible at 5 steps, the most a 5-round schedule can have."""
+    topo = resolve_topology("ring:4")
+    session = SmtSession(topo, "allgather", None)
+    floor = step_lp.least_rounds_any_steps(topo, session.collective(2))
+    assert session.solve(3, floor, 2, time_limit=30).status.value == "solved"
+    assert session.solve(floor - 1, floor - 1, 2, time_limit=30).status.value == "infeasible"
+
+
+def test_the_any_steps_floor_rules_out_mi250_allgather_budgets_the_rounds_bound_allows():
+    """mi250 allgather (rounds bound 7/3 a chunk): a pair of GCDs takes 6 chunks a round from
+    outside, but data first reaching it in the last step must enter both, 3 a round: 19 rounds
+    for 8 chunks and 12 for 5 are ruled out at every step count, 17 for 7 is not."""
+    topo = resolve_topology("mi250")
+    session = SmtSession(topo, "allgather", None)
+    floors = {C: step_lp.least_rounds_any_steps(topo, session.collective(C), whole=False) for C in (3, 5, 7, 8)}
+    assert floors == {3: 8, 5: 13, 7: 17, 8: 20}
+
+
+def test_a_pooled_step_with_no_rounds_is_the_model_without_it():
+    """The pooled step may stand for no steps: on the bidirectional ring:4, allgather with one
+    chunk takes 2 steps of 1 round (the far rank's chunk in step 2), and (1, pooled, 1) must
+    allow exactly that; a 3-step model without the pooling needs 3."""
+    topo = resolve_topology("ring:4")
+    coll = SmtSession(topo, "allgather", None).collective(1)
+    classes, scale = step_lp._classes(coll)
+    pooled = StepRelaxation(topo, classes, 3, class_symmetry(topo, classes), pooled=2)
+    assert pooled.least_total(scale) == pytest.approx(2.0) == least_rounds(topo, coll, 2)
+    assert StepRelaxation(topo, classes, 3).least_total(scale) == pytest.approx(3.0)
+    assert step_lp.least_rounds_any_steps(topo, coll) == 2

@@ -1,4 +1,6 @@
 
+import pytest
+
 
 def test_allreduce_frontier_with_jobs_equals_the_serial_one():
     """The reduce-scatter and allgather sweeps in two processes: the same points and schedules."""
@@ -64,3 +66,99 @@ def test_broadcast_walks_past_eight_chunks_and_says_why_it_stopped():
     assert "the walk stopped at" in frontier.note and "--max-chunks" in frontier.note
     capped = pareto(resolve_topology("ring:4"), "broadcast", 0, max_chunks=2, time_limit=30)
     assert "with at most 2 chunks" in capped.note
+
+
+# Splitting steps: a schedule (S, R, C) gives one with S + 1 steps (while S < R), which is what
+# lets a proof at more steps settle a budget that timed out at fewer.
+
+def _split_step(schedule, index: int, first: int):
+    """Step ``index`` (r rounds) as two steps of ``first`` and r - first rounds: each link's
+    sends, in turn, dealt round by round (a round takes capacity chunks per link), group by
+    group so that every group's share is even too."""
+    from synth.core.schedule import Schedule, Step
+
+    step = schedule.steps[index]
+    topo = schedule.topology
+    groups = topo.groups_of_link
+    order = sorted(step.sends, key=lambda s: (tuple(g.name for g in groups.get((s.src, s.dst), ())), s.src, s.dst))
+    rounds = step.rounds
+    parts = ([], [])
+    for position, send in enumerate(order):
+        parts[0 if position % rounds < first else 1].append(send)
+    steps = (schedule.steps[:index] + (Step(tuple(parts[0]), first), Step(tuple(parts[1]), rounds - first))
+             + schedule.steps[index + 1:])
+    return Schedule(topo, schedule.collective, steps, schedule.meta)
+
+
+@pytest.mark.parametrize("topo_name,name,budget", [("dgx1", "allgather", (2, 5, 2)), ("ring:6", "allgather", (3, 7, 2)),
+                                                   ("hypercube:3", "alltoall", (3, 6, 1)), ("dgx1", "broadcast", (3, 5, 12))])
+def test_splitting_a_step_keeps_the_schedule_valid(topo_name, name, budget):
+    from synth.core.library import resolve_topology
+    from synth.smt.session import SmtSession
+    from synth.verify import verify
+
+    session = SmtSession(resolve_topology(topo_name), name, 0 if name == "broadcast" else None)
+    assert session.steps_split_freely
+    found = session.solve(*budget, time_limit=60)
+    assert found.status.value == "solved"
+    schedule = found.schedule
+    wide = [i for i, step in enumerate(schedule.steps) if step.rounds > 1]
+    assert wide, "the budget must leave a step with more than one round"
+    for i in wide:
+        for first in range(1, schedule.steps[i].rounds):
+            split = _split_step(schedule, i, first)
+            assert verify(split) == [] and split.total_rounds == schedule.total_rounds
+    # the test can fail: all of a wide step's sends in its first round overload a link
+    i = max(wide, key=lambda k: len(schedule.steps[k].sends))
+    from synth.core.schedule import Schedule, Step
+    crammed = schedule.steps[:i] + (Step(schedule.steps[i].sends, 1), Step((), schedule.steps[i].rounds - 1)) + schedule.steps[i + 1:]
+    assert any(v.kind == "link_capacity" for v in verify(Schedule(schedule.topology, schedule.collective, crammed)))
+
+
+class _Oracle:
+    """A session stand-in: (S, R, C) is feasible iff R >= max(S, 2C + 1); infeasible budgets at
+    ``slow_steps`` answer TIMEOUT (the solver ran out of time), elsewhere INFEASIBLE."""
+
+    ANY_STEPS_FROM = 2
+    name = "allgather"
+    direct = False
+
+    def __init__(self, slow_steps: int, splits: bool):
+        from synth.core.generators import uring
+
+        self.original = uring(2)
+        self.slow_steps, self.steps_split_freely = slow_steps, splits
+
+    def solve(self, S, R, C, time_limit, by_splits=True):
+        from types import SimpleNamespace
+        from synth.core.schedule import SolveResult, Status
+
+        if R >= max(S, 2 * C + 1):
+            return SolveResult(Status.SOLVED, SimpleNamespace(total_rounds=max(S, 2 * C + 1)), 0.0)
+        return SolveResult(Status.TIMEOUT if S == self.slow_steps else Status.INFEASIBLE, None, 0.0)
+
+    def rounds_floor(self, S, C):
+        return S
+
+    def rounds_floor_any_steps(self, C, need=None):
+        return 0
+
+    def collective(self, chunks):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(chunks=2 * chunks)
+
+
+@pytest.mark.parametrize("splits", [True, False])
+def test_a_budget_that_timed_out_is_settled_by_a_proof_at_more_steps(splits):
+    """(3, 4, 2) times out; (4, 4, 2) is proven infeasible, so (3, 4, 2) is too when steps split
+    freely; without that the frontier stays incomplete."""
+    from fractions import Fraction
+    from synth.smt.strategies import _search
+
+    frontier = _search(_Oracle(slow_steps=3, splits=splits), 2, Fraction(2), 2, 10.0, lambda _: None)
+    timed_out = [(a.steps, a.rounds, a.chunks) for a in frontier.attempts if a.status.value == "timeout"]
+    assert (3, 4, 2) in timed_out and any((a.steps, a.rounds, a.chunks, a.status.value) == (4, 4, 2, "infeasible")
+                                          for a in frontier.attempts)
+    assert [(p.steps, p.ratio) for p in frontier.points] == [(2, Fraction(5, 2))]
+    assert frontier.complete is splits
