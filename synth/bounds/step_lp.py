@@ -17,6 +17,13 @@ the dual objective). A split that violates a known cut is ruled out without solv
 what makes ruling out every split of a budget cheap (mi250 allgather, S=5, R=8, C=3: 35
 splits, a handful of LP solves instead of 35).
 
+With ``pooled`` one step stands for any number of steps, its rounds pooled and free (>= 0), its
+data moving any number of hops: every schedule with at least ``steps - 1`` steps fits, so the
+least total of (1 step, pooled, 1 step) is a rounds floor for every step count at once
+(``least_rounds_any_steps``). What it adds to the global rounds bound is the end of the
+schedule: data that first reaches a set of ranks in the last step must enter each of them
+over the set's in-links.
+
 Only non-combining collectives (the solver runs combining ones as their duals).
 
 >>> from synth.core.generators import uring
@@ -28,6 +35,7 @@ Only non-combining collectives (the solver runs combining ones as their duals).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -317,12 +325,12 @@ class StepRelaxation:
         return any(cut.rules_out(rounds_per_step, scale) for cut in self.cuts)
 
     def open_splits(self, rounds: int, scale: int, max_solves: int = 24,
-                    enough: int = 3) -> list[tuple[int, ...]] | None:
+                    enough: int = 3, seconds: float | None = None) -> list[tuple[int, ...]] | None:
         """The splits of ``rounds`` over the steps (each >= 1) the relaxation does not rule out:
         every split is checked against the known cuts at once; then, balanced first, LPs are
         solved for splits still open (each infeasible one adds a cut, which may close many)
-        until every open split is decided, ``enough`` are known feasible, or ``max_solves``
-        solves are spent. LP-feasible splits come first, by load, then the undecided ones.
+        until every open split is decided, ``enough`` are known feasible, ``max_solves``
+        solves are spent, or (``seconds``) that much time has gone. LP-feasible splits come first, by load, then the undecided ones.
         None when there are too many splits to list."""
         splits = compositions(rounds, self.steps)
         if splits is None:
@@ -331,7 +339,8 @@ class StepRelaxation:
             return []
         alive = self._cut_survivors(splits, scale)
         solves = 0
-        while solves < max_solves:
+        started = time.perf_counter()
+        while solves < max_solves and (seconds is None or time.perf_counter() - started < seconds):
             unknown = [row for row in map(tuple, alive.tolist()) if (row, scale) not in self._loads]
             if not unknown or len(alive) - len(unknown) >= enough:
                 break
@@ -492,7 +501,7 @@ def distribution_load(
 
 
 def open_splits(topology: Topology, collective: Collective, rounds: int, steps: int,
-                max_solves: int = 24) -> list[tuple[int, ...]] | None:
+                max_solves: int = 24, seconds: float | None = None) -> list[tuple[int, ...]] | None:
     """``StepRelaxation.open_splits`` for this collective; every split, balanced first, where
     the relaxation does not apply (combining collectives, fractional capacities); None when
     there are too many splits to list."""
@@ -503,7 +512,7 @@ def open_splits(topology: Topology, collective: Collective, rounds: int, steps: 
     if found is None:
         return [tuple(row) for row in every.tolist()]
     relax, scale = found
-    return [] if relax.unreachable else relax.open_splits(rounds, scale, max_solves)
+    return [] if relax.unreachable else relax.open_splits(rounds, scale, max_solves, seconds=seconds)
 
 
 def split_ruled_out(topology: Topology, collective: Collective, rounds_per_step: tuple[int, ...],
@@ -545,14 +554,16 @@ TAIL_STEPS = 1  # and after it (the last steps are where forwarding ends: data t
 
 
 @lru_cache(maxsize=1024)
-def least_rounds_any_steps(topology: Topology, collective: Collective, whole: bool = True) -> int | None:
+def least_rounds_any_steps(topology: Topology, collective: Collective) -> int | None:
     """Fewest whole rounds of any schedule with at least HEAD_STEPS + TAIL_STEPS steps, however
-    many: the relaxation with the middle steps pooled (``StepRelaxation(pooled=)``), raised
-    (``whole``) by the MIP over whole rounds. None where the relaxation does not apply.
+    many: the relaxation with the middle steps pooled (``StepRelaxation(pooled=)``). None
+    where the relaxation does not apply.
 
     It rules out a (rounds, chunks) budget at every step count at once (mi250 allgather:
     19 rounds for 8 chunks, 12 for 5, where the rounds bound allows 19 and 12), where the
     per-step LPs would each have to be solved, and at 17+ steps each takes over a minute.
+    (The MIP over whole rounds per step, which raises the per-step floors, adds nothing
+    here: the pooled step's rounds are free.)
     """
     if collective.combining:
         return None
@@ -563,14 +574,7 @@ def least_rounds_any_steps(topology: Topology, collective: Collective, whole: bo
     if relax.unreachable:
         return math.inf  # type: ignore[return-value]
     value = relax.least_total(scale)
-    if value is None:
-        return None
-    floor = math.ceil(value - 1e-6)
-    if whole:
-        found = relax.least_whole_total(scale)
-        if found is not None:
-            floor = max(floor, math.ceil(found - 1e-6))
-    return floor
+    return None if value is None else math.ceil(value - 1e-6)
 
 
 def _whole_at_floor(relax: StepRelaxation, scale: int, floor: int) -> bool:

@@ -74,3 +74,31 @@ def compose(first: Schedule, second: Schedule, collective: Collective) -> Schedu
     if first.topology != second.topology:
         raise InputError("compose: the two schedules are for different topologies")
     return Schedule(first.topology, collective, first.steps + second.steps, dict(first.meta))
+
+
+def merge_steps(schedule: Schedule) -> Schedule:
+    """Fewer steps, the same sends and rounds: two consecutive steps become one (their rounds
+    added) wherever the later forwards nothing the earlier delivered and the two write no
+    (rank, chunk) twice. Each step's sends read the state at its start, so such a pair is
+    one step of r + r' rounds, each link carrying at most capacity x (r + r').
+
+    >>> from synth.core.generators import ring
+    >>> from synth.core.collectives import broadcast
+    >>> from synth.verify import verify
+    >>> s = Schedule(ring(3), broadcast(3, 0), (Step((Send(0, 0, 1),), 1), Step((Send(0, 0, 2),), 1)))
+    >>> merged = merge_steps(s)  # rank 0 sends both from the start
+    >>> [step.rounds for step in merged.steps], verify(merged)
+    ([2], [])
+    """
+    if any(step.rounds is None for step in schedule.steps):
+        return schedule
+    steps = list(schedule.steps)
+    t = 0
+    while t + 1 < len(steps):
+        first, second = steps[t], steps[t + 1]
+        delivered = {(s.dst, s.chunk) for s in first.sends}
+        if any((s.src, s.chunk) in delivered or (s.dst, s.chunk) in delivered for s in second.sends):
+            t += 1
+            continue
+        steps[t:t + 2] = [Step(first.sends + second.sends, first.rounds + second.rounds)]
+    return Schedule(schedule.topology, schedule.collective, tuple(steps), schedule.meta)

@@ -56,16 +56,10 @@ class SmtSession:
 
     ANY_STEPS_FROM = HEAD_STEPS + TAIL_STEPS  # ``rounds_floor_any_steps`` holds from here on
 
-    def rounds_floor_any_steps(self, chunks: int, need: int | None = None) -> int:
+    def rounds_floor_any_steps(self, chunks: int) -> int:
         """Fewest rounds any schedule with at least ``ANY_STEPS_FROM`` steps needs, whatever its
-        step count (the pooled relaxation; 0 where it does not apply). ``need``: the caller
-        only asks whether the floor reaches it, so the MIP runs only when the LP's does not."""
-        coll = self.collective(chunks)
-        floor = least_rounds_any_steps(self.topology, coll, whole=False)
-        if floor is not None and need is not None and floor >= need:
-            return floor
-        whole = least_rounds_any_steps(self.topology, coll, whole=True)
-        return whole if whole is not None else (floor or 0)
+        step count (the pooled relaxation; 0 where it does not apply)."""
+        return least_rounds_any_steps(self.topology, self.collective(chunks)) or 0
 
     @property
     def steps_split_freely(self) -> bool:
@@ -96,7 +90,8 @@ class SmtSession:
         gets its LP solved (ruled out, or kept; each solve's cut may rule out later splits).
         """
         started = time.perf_counter()
-        splits = self._open_splits(steps, rounds, chunks, solve_lps=False) if by_splits else None
+        lp_seconds = None if time_limit is None else time_limit * LP_SHARE
+        splits = self._open_splits(steps, rounds, chunks, solve_lps=False, seconds=lp_seconds) if by_splits else None
         if splits == []:
             return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
                                "every split of the rounds over the steps is ruled out by the LP bound")
@@ -104,12 +99,16 @@ class SmtSession:
         result = None
         symmetric = self._symmetric_instance(steps, chunks, rounds)
         if symmetric is not None:
-            share = None if time_limit is None else time_limit * SYMMETRIC_SHARE
-            cap = None if share is None else int(share * RLIMIT_PER_SECOND)
+            # the LP solves above count against the attempt's time (at 8+ steps on mi250 they
+            # took 100 s of a 120 s limit, and the attempt ran 170 s)
+            left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
+            share = None if left is None else left * SYMMETRIC_SHARE
+            # the work cap follows the limit, not the clock, so it is the same on any machine
+            cap = None if time_limit is None else int(time_limit * SYMMETRIC_SHARE * RLIMIT_PER_SECOND)
             result = _run(symmetric, rounds, splits, share, max_budget=cap, prune=prune)
         if result is None or result.status != Status.SOLVED:
             # the exact search: only splits the LP allows (the others are proven impossible)
-            splits = self._open_splits(steps, rounds, chunks) if by_splits else None
+            splits = self._open_splits(steps, rounds, chunks, seconds=lp_seconds) if by_splits else None
             if splits == []:
                 return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
                                    "every split of the rounds over the steps is ruled out by the LP bound")
@@ -127,16 +126,19 @@ class SmtSession:
         check_schedule(schedule)
         return SolveResult(Status.SOLVED, schedule, seconds)
 
-    def _open_splits(self, steps: int, rounds: int, chunks: int, solve_lps: bool = True) -> list[tuple[int, ...]] | None:
+    def _open_splits(self, steps: int, rounds: int, chunks: int, solve_lps: bool = True,
+                     seconds: float | None = None) -> list[tuple[int, ...]] | None:
         """Splits of the rounds over the steps the step LP does not rule out, LP-feasible ones
         first ([]: every split is ruled out, a proof; None: too many to go split by split).
         ``solve_lps`` False: when few splits are open (FEW_SPLITS), known cuts only (the
-        restricted search settles those quickly; the first pass's prune solves what it leaves)."""
+        restricted search settles those quickly; the first pass's prune solves what it leaves).
+        ``seconds``: the most time its LP solves may take (the splits they leave undecided
+        stay open)."""
         if not solve_lps:
             few = open_splits(self.topology, self.collective(chunks), rounds, steps, max_solves=0)
             if few is not None and len(few) <= FEW_SPLITS:
                 return few
-        found = open_splits(self.topology, self.collective(chunks), rounds, steps)
+        found = open_splits(self.topology, self.collective(chunks), rounds, steps, seconds=seconds)
         if found is None or len(found) > MAX_SPLITS:
             return None
         return found
@@ -154,7 +156,8 @@ class SmtSession:
         return inst
 
 
-SYMMETRIC_SHARE = 2 / 3  # of an attempt's time limit (and work cap) for the restricted search
+SYMMETRIC_SHARE = 2 / 3  # of an attempt's time left (and work cap) for the restricted search
+LP_SHARE = 1 / 4  # of an attempt's time limit, the most each pass's split LP solves may take
 RLIMIT_START = 2_500_000  # z3 work units of a split's first try (about 0.25 s here: ~10M units a second)
 RLIMIT_PER_SECOND = 10_000_000  # to turn a time share into a work budget, deterministically
 
@@ -193,7 +196,9 @@ def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
             if result.status == Status.TIMEOUT:
                 still.append(split)
         if prune is not None and budget == RLIMIT_START:
-            still = [split for split in still if not prune(split)]
+            # while time is left: an LP solve takes seconds on the big machines
+            still = [split for split in still
+                     if time_limit is not None and time.perf_counter() - started >= time_limit or not prune(split)]
         pending = still
         budget *= 4
     return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started)

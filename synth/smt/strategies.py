@@ -16,7 +16,7 @@ from typing import Callable
 from synth.smt.encoding import SmtOptions
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import make_collective
-from synth.core.transforms import compose
+from synth.core.transforms import compose, merge_steps
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.smt.session import SmtSession, check_schedule
 from synth.core.topology import Topology
@@ -141,7 +141,7 @@ def _search(
         hold for every step count (the rounds bound, R >= S, the any-steps relaxation)."""
         low = max(S, math.ceil((ratio_lb or 0) * C))
         if Fraction(low, C) < ceiling and S >= session.ANY_STEPS_FROM:
-            low = max(low, session.rounds_floor_any_steps(C, need=math.ceil(ceiling * C)))
+            low = max(low, session.rounds_floor_any_steps(C))
         return low
 
     def open_at(S: int) -> bool:
@@ -167,7 +167,8 @@ def _search(
                 if result is None or result.status != Status.SOLVED:
                     result = attempt(S, R, 1, by_splits=False)
                 if result.status == Status.SOLVED:
-                    incumbent = FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule, result.seconds)
+                    incumbent = _fewest_steps(FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule,
+                                                            result.seconds))
                     ceiling = incumbent.ratio
                 elif result.status != Status.INFEASIBLE:
                     complete = False
@@ -181,7 +182,8 @@ def _search(
                         continue  # the time-expanded LP rules it out: no solver call needed
                     result = attempt(S, R, C)
                     if result.status == Status.SOLVED:
-                        found = FrontierPoint(S, result.schedule.total_rounds, C, result.schedule, result.seconds)
+                        found = _fewest_steps(FrontierPoint(S, result.schedule.total_rounds, C, result.schedule,
+                                                            result.seconds))
                         if incumbent is None or found.ratio < incumbent.ratio:
                             incumbent = found
                         break  # candidates come in increasing rounds/chunk: this is the least
@@ -202,15 +204,34 @@ def _search(
         note = "interrupted"
         if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
             points.append(incumbent)  # the best found for this step count so far (maybe not least)
-    # a budget that timed out at S steps is settled by a proof at more steps (splitting steps)
+    # a budget that timed out at S steps is settled by a proof at more steps (splitting steps),
+    # or by a point found with no more steps and no worse a ratio (merged steps)
     settles = session.steps_split_freely
-    unsettled = [(S_, R, C) for S_, R, C in unsettled if not (settles and proven_to.get((R, C), 0) >= S_)]
+    unsettled = [(S_, R, C) for S_, R, C in unsettled
+                 if not (settles and proven_to.get((R, C), 0) >= S_)
+                 and not any(p.steps <= S_ and p.ratio <= Fraction(R, C) for p in points)]
     complete = complete and not unsettled
     if not note and not known:
         note = _stop_reason(S, best, ratio_lb, max_chunks, max_steps)
+    if unsettled:
+        shown = ", ".join(f"({a}, {b}, {c})" for a, b, c in unsettled[:6]) + (" ..." if len(unsettled) > 6 else "")
+        note = (note + "; " if note else "") + f"not settled (timed out, a longer --time-limit may): {shown}"
     frontier = _non_dominated(points)
     return Frontier(topology, name, tuple(frontier), complete, tuple(attempts), note,
                     {"steps": steps_lb, "rounds_per_chunk": str(ratio_lb) if ratio_lb is not None else None})
+
+
+def _fewest_steps(point: FrontierPoint) -> FrontierPoint:
+    """The point with its schedule's steps merged where nothing is forwarded between them
+    (``merge_steps``): the same rounds and chunks in fewer steps. A solver at more steps
+    than a budget needs can leave such slack, so a budget that timed out at fewer steps
+    may be found this way."""
+    merged = merge_steps(point.schedule)
+    if len(merged.steps) >= point.steps:
+        return point
+    merged = merged.with_meta(steps=len(merged.steps))
+    check_schedule(merged)
+    return FrontierPoint(len(merged.steps), point.rounds, point.chunks, merged, point.solve_seconds)
 
 
 def _stop_reason(S: int, best: Fraction | None, ratio_lb: Fraction | None, max_chunks: int,

@@ -146,7 +146,7 @@ def test_the_any_steps_floor_rules_out_mi250_allgather_budgets_the_rounds_bound_
     for 8 chunks and 12 for 5 are ruled out at every step count, 17 for 7 is not."""
     topo = resolve_topology("mi250")
     session = SmtSession(topo, "allgather", None)
-    floors = {C: step_lp.least_rounds_any_steps(topo, session.collective(C), whole=False) for C in (3, 5, 7, 8)}
+    floors = {C: step_lp.least_rounds_any_steps(topo, session.collective(C)) for C in (3, 5, 7, 8)}
     assert floors == {3: 8, 5: 13, 7: 17, 8: 20}
 
 

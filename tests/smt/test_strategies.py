@@ -140,7 +140,7 @@ class _Oracle:
     def rounds_floor(self, S, C):
         return S
 
-    def rounds_floor_any_steps(self, C, need=None):
+    def rounds_floor_any_steps(self, C):
         return 0
 
     def collective(self, chunks):
@@ -150,15 +150,48 @@ class _Oracle:
 
 
 @pytest.mark.parametrize("splits", [True, False])
-def test_a_budget_that_timed_out_is_settled_by_a_proof_at_more_steps(splits):
+def test_a_budget_that_timed_out_is_settled_by_a_proof_at_more_steps(splits, monkeypatch):
     """(3, 4, 2) times out; (4, 4, 2) is proven infeasible, so (3, 4, 2) is too when steps split
     freely; without that the frontier stays incomplete."""
     from fractions import Fraction
+    from synth.smt import strategies
     from synth.smt.strategies import _search
 
+    monkeypatch.setattr(strategies, "_fewest_steps", lambda point: point)  # the oracle's schedules are stand-ins
     frontier = _search(_Oracle(slow_steps=3, splits=splits), 2, Fraction(2), 2, 10.0, lambda _: None)
     timed_out = [(a.steps, a.rounds, a.chunks) for a in frontier.attempts if a.status.value == "timeout"]
     assert (3, 4, 2) in timed_out and any((a.steps, a.rounds, a.chunks, a.status.value) == (4, 4, 2, "infeasible")
                                           for a in frontier.attempts)
     assert [(p.steps, p.ratio) for p in frontier.points] == [(2, Fraction(5, 2))]
     assert frontier.complete is splits
+    assert ("not settled" in frontier.note and "(3, 4, 2)" in frontier.note) is not splits
+
+
+@pytest.mark.parametrize("topo_name,name,budget", [("dgx1", "allgather", (3, 6, 2)), ("ring:6", "broadcast", (5, 9, 3)),
+                                                   ("hypercube:3", "allgather", (4, 8, 2)), ("dgx1", "reduce_scatter", (3, 6, 2))])
+def test_merging_steps_keeps_sends_and_rounds_and_the_schedule_valid(topo_name, name, budget):
+    """At more steps than a budget needs the solver may leave steps that forward nothing to
+    each other; merged, the schedule must still verify, with the same sends and rounds."""
+    from collections import Counter
+    from synth.core.library import resolve_topology
+    from synth.core.transforms import merge_steps
+    from synth.smt.session import SmtSession
+    from synth.verify import verify
+
+    found = SmtSession(resolve_topology(topo_name), name, 0 if name == "broadcast" else None).solve(*budget, time_limit=60)
+    assert found.status.value == "solved"
+    merged = merge_steps(found.schedule)
+    assert verify(merged) == [] and merged.total_rounds == found.schedule.total_rounds
+    assert Counter(s for step in merged.steps for s in step.sends) == Counter(
+        s for step in found.schedule.steps for s in step.sends)
+    assert len(merged.steps) <= len(found.schedule.steps)
+
+
+def test_steps_that_forward_are_not_merged():
+    from synth.core.collectives import broadcast
+    from synth.core.generators import uring
+    from synth.core.schedule import Schedule, Send, Step
+    from synth.core.transforms import merge_steps
+
+    relay = Schedule(uring(3), broadcast(3, 0), (Step((Send(0, 0, 1),), 1), Step((Send(0, 1, 2),), 1)))
+    assert len(merge_steps(relay).steps) == 2
