@@ -195,3 +195,16 @@ def test_steps_that_forward_are_not_merged():
 
     relay = Schedule(uring(3), broadcast(3, 0), (Step((Send(0, 0, 1),), 1), Step((Send(0, 1, 2),), 1)))
     assert len(merge_steps(relay).steps) == 2
+
+
+def test_a_session_keeps_only_the_solvers_of_the_step_count_it_is_at():
+    """The walks go up in steps; solvers of earlier step counts would pile up (gigabytes each
+    on mi250)."""
+    from synth.core.library import resolve_topology
+    from synth.smt.session import SmtSession
+
+    session = SmtSession(resolve_topology("ring:4"), "allgather", None)
+    assert session.solve(2, 2, 1, time_limit=30).status.value == "solved"
+    assert session.solve(3, 3, 2, time_limit=30).status.value == "solved"
+    assert session._instances or session._symmetric
+    assert {key[0] for key in list(session._instances) + list(session._symmetric)} == {3}
