@@ -136,18 +136,22 @@ def _search(
         ratios = [p.ratio for p in known if p.steps <= S] + ([best] if best is not None else [])
         return min(ratios) if ratios else None
 
-    def least(S: int, C: int, ceiling: Fraction) -> int:
-        """Fewest rounds a budget with C chunks can have at S steps or more, by the bounds that
-        hold for every step count (the rounds bound, R >= S, the any-steps relaxation)."""
-        low = max(S, math.ceil((ratio_lb or 0) * C))
-        if Fraction(low, C) < ceiling and S >= session.ANY_STEPS_FROM:
-            low = max(low, session.rounds_floor_any_steps(C))
-        return low
+    def least(S: int, C: int) -> int:
+        """Fewest rounds a budget with C chunks can have at S steps or more by the bounds
+        that cost nothing (the rounds bound, R >= S)."""
+        return max(S, math.ceil((ratio_lb or 0) * C))
+
+    def any_steps_floor(S: int, C: int) -> int:
+        """The any-steps relaxation's floor (an LP, cached per chunk count), asked only of
+        budgets the free bounds leave open."""
+        return session.rounds_floor_any_steps(C) if S >= session.ANY_STEPS_FROM else 0
 
     def open_at(S: int) -> bool:
         """Can a budget with S or more steps still beat the bar?"""
         ceiling = bar(S)
-        return ceiling is None or any(Fraction(least(S, C, ceiling), C) < ceiling for C in range(1, max_chunks + 1))
+        return ceiling is None or any(
+            Fraction(least(S, C), C) < ceiling and Fraction(max(least(S, C), any_steps_floor(S, C)), C) < ceiling
+            for C in range(1, max_chunks + 1))
 
     S = steps_lb
     incumbent: FrontierPoint | None = None
@@ -174,10 +178,13 @@ def _search(
                     complete = False
             if ceiling is not None:
                 infeasible_up_to: dict[int, int] = {}
-                lows = {C: least(S, C, ceiling) for C in range(1, max_chunks + 1)}
+                lows = {C: least(S, C) for C in range(1, max_chunks + 1)}
                 for R, C in _candidates(lows, ceiling):
                     if R <= infeasible_up_to.get(C, 0):
                         continue  # fewer rounds than a proven-infeasible budget
+                    if S > steps_lb and R < any_steps_floor(S, C):
+                        continue  # ruled out at every step count (cheaper than the S-step LP,
+                        # whose size grows with S; at the first step count it is the smaller)
                     if R < session.rounds_floor(S, C):
                         continue  # the time-expanded LP rules it out: no solver call needed
                     result = attempt(S, R, C)
