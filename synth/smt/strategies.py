@@ -156,7 +156,7 @@ def _search(
     S = steps_lb
     incumbent: FrontierPoint | None = None
     unsettled: list[tuple[int, int, int]] = []  # candidate budgets that timed out
-    proven_to: dict[tuple[int, int], int] = {}  # (R, C) -> most steps it is proven infeasible at
+    proofs: list[tuple[int, int, int]] = []  # budgets proven infeasible
     try:
         while open_at(S) and (max_steps is None or S <= max_steps):
             incumbent = None
@@ -196,8 +196,7 @@ def _search(
                         break  # candidates come in increasing rounds/chunk: this is the least
                     if result.status == Status.INFEASIBLE:
                         infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), R)
-                        for r in range(S, R + 1):  # fewer rounds are infeasible too
-                            proven_to[(r, C)] = S
+                        proofs.append((S, R, C))
                     else:
                         unsettled.append((S, R, C))
             if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
@@ -211,11 +210,11 @@ def _search(
         note = "interrupted"
         if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
             points.append(incumbent)  # the best found for this step count so far (maybe not least)
-    # a budget that timed out at S steps is settled by a proof at more steps (splitting steps),
-    # or by a point found with no more steps and no worse a ratio (merged steps)
+    # a budget that timed out at S steps is settled by a proof at no fewer steps and rounds
+    # (splitting steps), or by a point found with no more steps and no worse a ratio
     settles = session.steps_split_freely
     unsettled = [(S_, R, C) for S_, R, C in unsettled
-                 if not (settles and proven_to.get((R, C), 0) >= S_)
+                 if not (settles and any(S2 >= S_ and R2 >= R and C2 == C for S2, R2, C2 in proofs))
                  and not any(p.steps <= S_ and p.ratio <= Fraction(R, C) for p in points)]
     complete = complete and not unsettled
     if not note and not known:
