@@ -4,9 +4,10 @@ Literals are DIMACS-style ints (v > 0 a variable, -v its negation); Python bools
 constants and are simplified away. Clauses go in through z3's low-level C API (the Python API
 costs ~50 us a clause), and every cardinality row is our own CNF (a totalizer; a ladder or
 pairwise clauses for at-most-one): z3 would otherwise rewrite AtMost/PbLe into a much bigger,
-slower formula. Every assertion is also recorded in ``_constraints``, so ``_renew_solver`` can
-rebuild a fresh solver exactly (z3 5.4's incremental SAT core is not to be trusted after an
-interrupted check). Nothing here leaves synth/smt.
+slower formula. Every assertion also goes to a *pristine* solver that is never checked, so
+``_renew_solver`` gets a fresh solver exactly by copying it inside z3 (z3 5.4's incremental SAT
+core is not to be trusted after an interrupted check; re-asserting from Python took ~2 s per
+timed-out try on mi250 with 5 steps, and ~30 s with 8). Nothing here leaves synth/smt.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ class CnfBuilder:
 
     def _init_cnf(self, random_seed: int, sat_params: tuple) -> None:
         self._random_seed, self._sat_params = random_seed, sat_params
-        # every assertion: a list of AST pointers (a clause over our literals) or a z3 expression
-        self._constraints: list = []
         # a context of its own: z3 numbers terms per context, and its search follows those numbers,
         # so sharing the main context would make the schedule depend on whatever else the process
         # built before (a report in a pool worker would differ from the serial one)
@@ -36,7 +35,8 @@ class CnfBuilder:
         self._ptr_pos: list = [None]  # variable v -> AST pointer (one reference held by us)
         self._ptr_neg: list = [None]  # -> AST pointer of its negation (made on demand)
         self._counters: dict = {}
-        self._solver = self._new_solver()
+        self._pristine = self._new_solver()  # every assertion, never checked
+        self._working: z3.Solver | None = None  # the one checks run on (a copy of the pristine one)
 
     def __del__(self) -> None:  # give back the references _var and _clause took
         try:
@@ -54,28 +54,38 @@ class CnfBuilder:
             solver.set(name, value)
         return solver
 
+    @property
+    def _solver(self) -> z3.Solver:
+        """The solver checks run on: a copy of the pristine one, made when first needed (z3's
+        translate into the same context: the assertions and the parameters, no search state)."""
+        if self._working is None:
+            self._working = self._pristine.translate(self._ctx_obj)
+        return self._working
+
     def _renew_solver(self) -> None:
-        """A new solver from our own record of the constraints (an interrupted z3 solver's
-        assertion set is not to be trusted either)."""
-        self._solver = self._new_solver()
-        for item in self._constraints:
-            self._assert(item)
+        """Drop the solver checks ran on (an interrupted z3 solver's assertion set is not to be
+        trusted either); the next check gets a fresh copy of the pristine one."""
+        self._working = None
 
     def _assert(self, item) -> None:
+        """Assert a clause (a list of AST pointers: their disjunction) or a z3 expression into
+        the pristine solver, and into the working one when there is one."""
         if not isinstance(item, list):
-            self._solver.add(item)
+            ast = item.as_ast()
         elif not item:
-            self._solver.add(z3.BoolVal(False, self._ctx_obj))
+            ast = z3.BoolVal(False, self._ctx_obj).as_ast()
         elif len(item) == 1:
-            z3core.Z3_solver_assert(self._ctx, self._solver.solver, item[0])
+            ast = item[0]
         else:
             arr = (z3.Ast * len(item))(*item)
-            z3core.Z3_solver_assert(self._ctx, self._solver.solver, z3core.Z3_mk_or(self._ctx, len(item), arr))
+            ast = z3core.Z3_mk_or(self._ctx, len(item), arr)
+        for solver in (self._pristine, self._working):
+            if solver is not None:
+                z3core.Z3_solver_assert(self._ctx, solver.solver, ast)
 
     def _add(self, *constraints: z3.BoolRef) -> None:
-        """Assert z3 expressions (build them over ``_ref(lit)``); recorded like clauses."""
+        """Assert z3 expressions (build them over ``_ref(lit)``)."""
         for constraint in constraints:
-            self._constraints.append(constraint)
             self._assert(constraint)
 
     # ------------------------------------------------------------------ literals and clauses
@@ -110,7 +120,6 @@ class CnfBuilder:
                     z3core.Z3_inc_ref(self._ctx, ptr)
                     self._ptr_neg[-lit] = ptr
                 out.append(ptr)
-        self._constraints.append(out)
         self._assert(out)
 
     def _value(self, model: z3.ModelRef, lit) -> bool:

@@ -114,7 +114,7 @@ class SmtSession:
             share = None if left is None else left * SYMMETRIC_SHARE
             # the work cap follows the limit, not the clock, so it is the same on any machine
             cap = None if time_limit is None else int(time_limit * SYMMETRIC_SHARE * RLIMIT_PER_SECOND)
-            result = _run(symmetric, rounds, splits, share, max_budget=cap, prune=prune)
+            result = _run(symmetric, rounds, splits, share, max_budget=cap, prune=prune, finding=True)
         if result is None or result.status != Status.SOLVED:
             # the exact search: only splits the LP allows (the others are proven impossible)
             splits = self._open_splits(steps, rounds, chunks, seconds=lp_seconds) if by_splits else None
@@ -173,7 +173,7 @@ RLIMIT_PER_SECOND = 10_000_000  # to turn a time share into a work budget, deter
 
 
 def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
-         max_budget: int | None = None, prune=None) -> SolveResult:
+         max_budget: int | None = None, prune=None, finding: bool = False) -> SolveResult:
     """Exact for ``inst``: split by split with growing work budgets (an easy split first), or
     the whole rounds budget at once when there are too many splits.
 
@@ -182,33 +182,49 @@ def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
     cores gives the serial run's schedules); ``time_limit`` stays the wall-clock safety net
     (TIMEOUT, "unknown", when it runs out). ``max_budget``: stop with TIMEOUT rather than try
     a pass with a bigger budget than this. ``prune(split)``: True when the split is proven
-    impossible (asked, after the first pass, of each split the solver left open).
+    impossible (asked, after the pass of its first try, of each split the solver left open).
 
-    In a pass with budget B the i-th open split gets B / (i + 1) (at least the first pass's):
-    the splits come most promising first, and a feasible one is usually among the first, so
-    the work goes there rather than evenly (mi250 allgather (5, 19, 7): the first split
-    needs ~60M units, the fifteen together would have spent ~15 times that first)."""
+    In a pass with budget B the i-th open split gets B / (i + 1), and at least the first
+    pass's budget: the splits come most promising first, and a feasible one is usually among
+    the first, so the work goes there rather than evenly (mi250 allgather (5, 19, 7): the
+    first split needs ~60M units, the fifteen together would have spent ~15 times that first).
+
+    ``finding`` (a search whose "no" proves nothing: only a schedule is worth its time): past
+    the first FEW_SPLITS, a split waits for the pass in which its share reaches the first
+    pass's budget. Else every pass costs that budget times the splits: with the 164 splits of
+    (5, 19, 7) each pass took 40 s, and the first split, whose schedule takes ~120M units,
+    never got them within the attempt. A proof needs every split, so there every split is
+    tried in the first pass (the cheap ones are ruled out there)."""
     if splits is None:
         return inst.solve(rounds, time_limit)
     started = time.perf_counter()
     pending, budget = list(splits), RLIMIT_START
+    tried: set = set()
     while pending:
         if max_budget is not None and budget > max_budget:
             return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "work budget")
-        still = []
+        still, first_tries = [], []
         for position, split in enumerate(pending):
+            share = budget // (position + 1)
+            if finding and share < RLIMIT_START and position >= FEW_SPLITS:
+                still.append(split)  # its turn comes in a later pass
+                continue
             left = None if time_limit is None else time_limit - (time.perf_counter() - started)
             if left is not None and left <= 0.01:
                 return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "time limit")
-            result = inst.solve_split(split, left, rlimit=max(RLIMIT_START, budget // (position + 1)))
+            result = inst.solve_split(split, left, rlimit=max(RLIMIT_START, share))
             if result.status in (Status.SOLVED, Status.ERROR):
                 return result
             if result.status == Status.TIMEOUT:
                 still.append(split)
-        if prune is not None and budget == RLIMIT_START:
+                if split not in tried:
+                    first_tries.append(split)
+                    tried.add(split)
+        if prune is not None and first_tries:
             # while time is left: an LP solve takes seconds on the big machines
-            still = [split for split in still
-                     if time_limit is not None and time.perf_counter() - started >= time_limit or not prune(split)]
+            ruled_out = {split for split in first_tries
+                         if (time_limit is None or time.perf_counter() - started < time_limit) and prune(split)}
+            still = [split for split in still if split not in ruled_out]
         pending = still
         budget *= 4
     return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started)

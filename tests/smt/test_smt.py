@@ -183,6 +183,49 @@ def test_a_renewed_solver_keeps_every_constraint():
     assert result.status == Status.SOLVED and verify(result.schedule) == []
 
 
+def test_renewals_between_checks_keep_rows_added_at_any_time():
+    """Rows for a rounds budget are added when it is first asked, before or after a check and a
+    renewal (the working solver is a copy of the pristine one): every verdict stays a fresh
+    instance's."""
+    topology, coll = resolve_topology("uring:4"), allgather(4, 2)
+    fresh = [SmtInstance(topology, coll, 3, 7).solve(r).status for r in range(3, 8)]
+    assert Status.INFEASIBLE in fresh and Status.SOLVED in fresh
+    inst = SmtInstance(topology, coll, 3, 7)
+    asked = []
+    for rounds in (7, 3, 6, 4, 5):
+        assert inst.solve(rounds).status == fresh[rounds - 3]  # its rows go to a working solver
+        asked.append(rounds)
+        inst._renew_solver()  # what a timed-out check does
+        assert [inst.solve(r).status for r in asked] == [fresh[r - 3] for r in asked]
+
+
+def test_a_finding_search_spends_its_work_on_the_first_splits():
+    """In a search whose "no" proves nothing, a split far down the list waits for the pass in
+    which its share of the budget reaches the first pass's; a proof tries every split at once."""
+    from synth.core.schedule import SolveResult
+    from synth.smt import session
+
+    class Recorder:
+        def __init__(self, answer_at: int):
+            self.calls, self.answer_at = [], answer_at
+
+        def solve_split(self, split, time_limit=None, rlimit=None):
+            self.calls.append((split, rlimit))
+            found = split == (0,) and rlimit >= self.answer_at
+            return SolveResult(Status.SOLVED if found else Status.TIMEOUT, None, 0.0)
+
+    splits = [(i,) for i in range(100)]
+    needs = 16 * session.RLIMIT_START  # the first split's schedule takes the third pass
+    finder = Recorder(needs)
+    assert session._run(finder, 0, splits, None, finding=True).status == Status.SOLVED
+    tried = {split for split, _ in finder.calls}
+    assert len(tried) < len(splits) and (0,) in tried and (99,) not in tried
+    assert all(rlimit >= session.RLIMIT_START for _, rlimit in finder.calls)
+    prover = Recorder(needs)
+    assert session._run(prover, 0, splits, None).status == Status.SOLVED
+    assert {split for split, _ in prover.calls} == set(splits)
+
+
 def test_direct_allreduce_on_dgx1_verifies():
     from synth.smt.direct_allreduce import DirectAllreduceInstance
     from synth.core.collectives import allreduce
