@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
+from synth.smt import windows
 from synth.smt.encoding import SmtInstance, SmtOptions
 from synth.smt.direct_allreduce import DirectAllreduceInstance
 from synth.bounds.step_lp import HEAD_STEPS, TAIL_STEPS, least_rounds, least_rounds_any_steps, open_splits, split_ruled_out
@@ -45,14 +47,33 @@ class SmtSession:
         self.topology = topology.reversed() if self.combining else topology
         self._instances: dict[tuple[int, int], SmtInstance] = {}
         self._symmetric: dict[tuple[int, int], SmtInstance | None] = {}
+        self._floors: dict[int, dict[int, float]] = {}  # chunks -> steps -> rounds_floor
+        self._build_seconds: dict[tuple[int, int], float] = {}  # (steps, chunks) -> exact build estimate
+        self._found: dict[tuple, Schedule] = {}  # a found schedule's key -> the solver's own (dual) one
+        self._chunk_unit = base.chunks  # chunks of the collective per chunk of a budget
 
     def collective(self, chunks: int) -> Collective:
         coll = make_collective(self.name, self.original.ranks, root=self.root, chunks=chunks)
         return dual_collective(coll) if self.combining else coll
 
     def rounds_floor(self, steps: int, chunks: int) -> float:
-        """Fewest rounds any ``steps``-step schedule needs (time-expanded LP; inf: too few steps)."""
-        return least_rounds(self.topology, self.collective(chunks), steps)
+        """Fewest rounds any ``steps``-step schedule needs (time-expanded LP; inf: too few steps).
+
+        Floors never rise with the steps past the step count itself: in the relaxation a step
+        of r >= 2 rounds splits into steps of a and r - a rounds with its flows shared out, so
+        floor(S) <= max(floor(S0), S) for S0 < S. With the any-steps floor A below every one,
+        once floor(S0) <= max(A, S), floor(S) is max(A, S) without an LP (on mi250 allgather
+        each took 17-45 s at 7 to 11 steps, and all are the any-steps floor, 17 for 7 chunks)."""
+        known = self._floors.setdefault(chunks, {})
+        if steps >= self.ANY_STEPS_FROM:
+            settled = [floor for fewer, floor in known.items() if self.ANY_STEPS_FROM <= fewer < steps]
+            if settled:
+                least = max(self.rounds_floor_any_steps(chunks), steps)
+                if min(settled) <= least:
+                    return least
+        if steps not in known:
+            known[steps] = least_rounds(self.topology, self.collective(chunks), steps)
+        return known[steps]
 
     ANY_STEPS_FROM = HEAD_STEPS + TAIL_STEPS  # ``rounds_floor_any_steps`` holds from here on
 
@@ -116,6 +137,11 @@ class SmtSession:
             cap = None if time_limit is None else int(time_limit * SYMMETRIC_SHARE * RLIMIT_PER_SECOND)
             result = _run(symmetric, rounds, splits, share, max_budget=cap, prune=prune, finding=True)
         if result is None or result.status != Status.SOLVED:
+            left = None if time_limit is None else time_limit - (time.perf_counter() - started)
+            if left is not None and (steps, chunks) not in self._instances and left < self._exact_build_seconds(steps, chunks):
+                # the build could not even finish: mi250 at 9-10 steps ran 150 s against 120 s
+                return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started,
+                                   "no time left to build the exact encoding")
             # the exact search: only splits the LP allows (the others are proven impossible)
             splits = self._open_splits(steps, rounds, chunks, seconds=lp_seconds) if by_splits else None
             if splits == []:
@@ -124,17 +150,51 @@ class SmtSession:
             exact = self._instance(steps, chunks, rounds)  # its build counts (~30 s at 8 steps on mi250)
             left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
             result = _run(exact, rounds, splits, left, prune=prune)
+        return self._checked(result, started, steps, chunks)
+
+    def fewer_steps(self, schedule: Schedule, time_limit: float | None) -> SolveResult:
+        """The same rounds and chunks in one step fewer than ``schedule`` (a point this session
+        found), by re-solving windows of its steps (``synth.smt.windows``). SOLVED carries a
+        verified schedule; TIMEOUT says no window gave one, and proves nothing.
+
+        The window search runs on the restricted encoding when the schedule is invariant under
+        its symmetries (the restricted search's are), else on an exact one without the chunk
+        order (the schedule's chunks need not follow it)."""
+        started = time.perf_counter()
+        internal = self._found.get(_key(schedule)) if self.combining else schedule
+        steps, chunks = len(schedule.steps) - 1, schedule.collective.chunks // self._chunk_unit
+        if internal is None or self.direct or steps < 1:
+            return SolveResult(Status.TIMEOUT, None, 0.0, "no window to re-solve")
+        self._keep_instances_of(steps)
+        rounds = internal.total_rounds
+        inst = self._symmetric_instance(steps, chunks, rounds)
+        if inst is None or not invariant(internal, inst.symmetries):
+            key = (steps, chunks, "unordered")
+            inst = self._instances.get(key)
+            if inst is None or inst.max_rounds < rounds:
+                inst = SmtInstance(self.topology, self.collective(chunks), steps, rounds,
+                                   replace(self.options, order_interchangeable_chunks=False))
+                self._instances[key] = inst
+        left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
+        result = windows.fewer_steps(inst, internal, min(windows.WIDTH, steps), left)
+        return self._checked(result, started, steps, chunks)
+
+    def _checked(self, result: SolveResult, started: float, steps: int, chunks: int) -> SolveResult:
+        """A solver's result as the session gives it: a schedule back on the original topology
+        (duals run backwards), verified; a failure to verify is a bug and raises."""
         seconds = time.perf_counter() - started
         if result.status != Status.SOLVED:
             return SolveResult(result.status, None, seconds, result.message)
         schedule = result.schedule
+        internal = schedule
         if self.combining:
             dual = dual_schedule(schedule)
             schedule = Schedule(self.original, dual.collective, dual.steps, dual.meta)
         schedule = schedule.with_meta(synthesizer="smt", solve_seconds=round(seconds, 4),
                                       steps=steps, rounds=schedule.total_rounds, chunks=chunks)
         check_schedule(schedule)
-        return SolveResult(Status.SOLVED, schedule, seconds)
+        self._found[_key(schedule)] = internal
+        return SolveResult(Status.SOLVED, schedule, seconds, result.message)
 
     def _open_splits(self, steps: int, rounds: int, chunks: int, solve_lps: bool = True,
                      seconds: float | None = None) -> list[tuple[int, ...]] | None:
@@ -160,10 +220,18 @@ class SmtSession:
         inst = self._symmetric.get(key)
         if key not in self._symmetric or (inst is not None and inst.max_rounds < rounds):
             syms = tuple(search_symmetries(self.topology, self.collective(chunks)))
+            began = time.perf_counter()
             inst = (SmtInstance(self.topology, self.collective(chunks), steps, rounds, self.options, syms)
                     if len(syms) > 1 else None)
             self._symmetric[key] = inst
+            self._build_seconds[key] = (time.perf_counter() - began) * len(syms)
         return inst
+
+    def _exact_build_seconds(self, steps: int, chunks: int) -> float:
+        """About how long the exact encoding takes to build: the restricted one's build times
+        its group's order (one variable an orbit; mi250 at 8 steps: 6.4 s x 4, measured ~30 s);
+        0 when unknown."""
+        return self._build_seconds.get((steps, chunks), 0.0)
 
 
 SYMMETRIC_SHARE = 2 / 3  # of an attempt's time left (and work cap) for the restricted search
@@ -249,6 +317,21 @@ def _splits(rounds: int, steps: int) -> list[tuple[int, ...]] | None:
 
     extend((), rounds, steps)
     return out
+
+
+def _key(schedule: Schedule) -> tuple:
+    """What identifies a found schedule among a session's: its sends, step by step."""
+    return tuple((step.rounds, step.sends) for step in schedule.steps)
+
+
+def invariant(schedule: Schedule, symmetries) -> bool:
+    """True when every symmetry maps each step's sends onto that step's sends."""
+    for sym in symmetries:
+        for step in schedule.steps:
+            sends = {(send.chunk, send.src, send.dst) for send in step.sends}
+            if any((sym.chunks[c], sym.ranks[a], sym.ranks[b]) not in sends for c, a, b in sends):
+                return False
+    return True
 
 
 def check_schedule(schedule: Schedule) -> None:

@@ -132,6 +132,23 @@ def _search(
         progress(f"{topology.name} {label} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
         return result
 
+    def shorten(point: FrontierPoint) -> FrontierPoint:
+        """While a budget with one step fewer and no fewer rounds (same chunks) timed out, try
+        the point's schedule in one step fewer by re-solving windows of its steps: a schedule
+        settles that budget (mi250 allgather: the 12-step (17, 7) went to 9 steps this way,
+        where whole-budget searches at 9 to 11 steps timed out)."""
+        while any(S_ == point.steps - 1 and C_ == point.chunks and R_ >= point.rounds for S_, R_, C_ in unsettled):
+            result = session.fewer_steps(point.schedule, time_limit)
+            fewer = point.steps - 1
+            attempts.append(Attempt(fewer, point.rounds, point.chunks, result.status, result.seconds))
+            progress(f"{topology.name} {name} (S={fewer}, R={point.rounds}, C={point.chunks}): "
+                     f"{result.status.value} {result.seconds:.2f}s (windows of the {point.steps}-step schedule re-solved)")
+            if result.status != Status.SOLVED:
+                break
+            point = _fewest_steps(FrontierPoint(fewer, result.schedule.total_rounds, point.chunks, result.schedule,
+                                                point.solve_seconds + result.seconds))
+        return point
+
     def bar(S: int) -> Fraction | None:
         ratios = [p.ratio for p in known if p.steps <= S] + ([best] if best is not None else [])
         return min(ratios) if ratios else None
@@ -189,8 +206,8 @@ def _search(
                         continue  # the time-expanded LP rules it out: no solver call needed
                     result = attempt(S, R, C)
                     if result.status == Status.SOLVED:
-                        found = _fewest_steps(FrontierPoint(S, result.schedule.total_rounds, C, result.schedule,
-                                                            result.seconds))
+                        found = shorten(_fewest_steps(FrontierPoint(S, result.schedule.total_rounds, C,
+                                                                    result.schedule, result.seconds)))
                         if incumbent is None or found.ratio < incumbent.ratio:
                             incumbent = found
                         break  # candidates come in increasing rounds/chunk: this is the least

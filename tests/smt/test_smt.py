@@ -226,6 +226,25 @@ def test_a_finding_search_spends_its_work_on_the_first_splits():
     assert {split for split, _ in prover.calls} == set(splits)
 
 
+@pytest.mark.parametrize("topo_name, name, root, chunks", [
+    ("dgx1", "allgather", None, 2), ("hypercube:3", "allgather", None, 3), ("ring:6", "allgather", None, 2),
+    ("dgx1", "broadcast", 0, 6), ("torus:3x3", "alltoall", None, 1)])
+def test_step_floors_past_the_any_steps_floor_are_known_without_an_lp(monkeypatch, topo_name, name, root, chunks):
+    """Floors never rise with the steps (a step of r >= 2 rounds splits in the relaxation) and
+    never fall below the any-steps floor: once they meet, the session answers without an LP,
+    and every answer is the LP's."""
+    from synth.bounds.step_lp import least_rounds
+    from synth.smt import session as session_module
+    from synth.smt.session import SmtSession
+
+    session = SmtSession(resolve_topology(topo_name), name, root)
+    direct = [least_rounds(session.topology, session.collective(chunks), steps) for steps in range(1, 9)]
+    calls = []
+    monkeypatch.setattr(session_module, "least_rounds", lambda *args: calls.append(args) or least_rounds(*args))
+    assert [session.rounds_floor(steps, chunks) for steps in range(1, 9)] == direct
+    assert len(calls) < 8
+
+
 def test_direct_allreduce_on_dgx1_verifies():
     from synth.smt.direct_allreduce import DirectAllreduceInstance
     from synth.core.collectives import allreduce

@@ -137,6 +137,11 @@ class _Oracle:
             return SolveResult(Status.SOLVED, SimpleNamespace(total_rounds=max(S, 2 * C + 1)), 0.0)
         return SolveResult(Status.TIMEOUT if S == self.slow_steps else Status.INFEASIBLE, None, 0.0)
 
+    def fewer_steps(self, schedule, time_limit):
+        from synth.core.schedule import SolveResult, Status
+
+        return SolveResult(Status.TIMEOUT, None, 0.0, "no window to re-solve")
+
     def rounds_floor(self, S, C):
         return S
 
@@ -165,6 +170,51 @@ def test_a_budget_that_timed_out_is_settled_by_a_proof_at_more_steps(splits, mon
     assert [(p.steps, p.ratio) for p in frontier.points] == [(2, Fraction(5, 2))]
     assert frontier.complete is splits
     assert ("not settled" in frontier.note and "(3, 4, 2)" in frontier.note) is not splits
+
+
+class _SlowThree(_Oracle):
+    """(S, R, C) is feasible iff R >= max(S, 2C + 1), and one round more at 2 steps; at 3 steps
+    the solver times out on every budget, but a schedule's windows re-solve to 3 steps."""
+
+    def __init__(self):
+        super().__init__(slow_steps=3, splits=True)
+
+    def feasible(self, S, R, C):
+        return R >= max(S, 2 * C + 1 + (S == 2))
+
+    def solve(self, S, R, C, time_limit, by_splits=True):
+        from types import SimpleNamespace
+        from synth.core.schedule import SolveResult, Status
+
+        if S == 3:
+            return SolveResult(Status.TIMEOUT, None, 0.0)
+        if not self.feasible(S, R, C):
+            return SolveResult(Status.INFEASIBLE, None, 0.0)
+        return SolveResult(Status.SOLVED, SimpleNamespace(total_rounds=R, budget=(S, R, C)), 0.0)
+
+    def fewer_steps(self, schedule, time_limit):
+        from types import SimpleNamespace
+        from synth.core.schedule import SolveResult, Status
+
+        S, R, C = schedule.budget
+        if S - 1 == 3 and self.feasible(3, R, C):
+            return SolveResult(Status.SOLVED, SimpleNamespace(total_rounds=R, budget=(3, R, C)), 0.0)
+        return SolveResult(Status.TIMEOUT, None, 0.0)
+
+
+def test_a_point_found_at_more_steps_settles_the_budget_that_timed_out_one_step_fewer(monkeypatch):
+    """(3, 5, 2) times out, (4, 5, 2) is found and its windows re-solve to 3 steps: the point
+    is at 3 steps and the frontier is complete ((3, 4, 2) by the proof at 4 steps)."""
+    from fractions import Fraction
+    from synth.smt import strategies
+    from synth.smt.strategies import _search
+
+    monkeypatch.setattr(strategies, "_fewest_steps", lambda point: point)
+    frontier = _search(_SlowThree(), 2, Fraction(2), 2, 10.0, lambda _: None)
+    assert [(p.steps, p.ratio) for p in frontier.points] == [(2, Fraction(3)), (3, Fraction(5, 2))]
+    assert ((3, 5, 2, "timeout") in [(a.steps, a.rounds, a.chunks, a.status.value) for a in frontier.attempts]
+            and (3, 5, 2, "solved") in [(a.steps, a.rounds, a.chunks, a.status.value) for a in frontier.attempts])
+    assert frontier.complete and "not settled" not in frontier.note
 
 
 @pytest.mark.parametrize("topo_name,name,budget", [("dgx1", "allgather", (3, 6, 2)), ("ring:6", "broadcast", (5, 9, 3)),
