@@ -36,6 +36,17 @@ class Symmetry:
         return all(i == r for i, r in enumerate(self.ranks))
 
 
+def schedule_invariant(schedule, symmetries) -> bool:
+    """True when every symmetry maps who receives which chunk in each step onto the same step's
+    receptions (senders may differ: a decoder breaks ties between equal senders)."""
+    for sym in symmetries:
+        for step in schedule.steps:
+            received = {(send.chunk, send.dst) for send in step.sends}
+            if any((sym.chunks[c], sym.ranks[r]) not in received for c, r in received):
+                return False
+    return True
+
+
 def rotation_group(topology: Topology) -> list[tuple[int, ...]]:
     """The largest cyclic group of rank rotations r -> (r + k) mod n (per machine for
     multi-machine topologies, r -> its machine's next copy) that are automorphisms."""

@@ -39,6 +39,9 @@ from synth.core.symmetry import Symmetry, interchangeable_chunks
 from synth.core.topology import Topology
 
 
+RLIMIT_START = 2_500_000  # z3 work units of a first try (a split's, a window's): ~0.25 s on small machines
+
+
 @dataclass(frozen=True)
 class SmtOptions:
     """Knobs of the encoding; the defaults are the measured winners (see benchmarks/)."""

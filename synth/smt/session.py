@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 
 from synth.smt import windows
-from synth.smt.encoding import SmtInstance, SmtOptions
+from synth.smt.encoding import RLIMIT_START, SmtInstance, SmtOptions
 from synth.smt.direct_allreduce import DirectAllreduceInstance
 from synth.bounds.step_lp import HEAD_STEPS, TAIL_STEPS, least_rounds, least_rounds_any_steps, open_splits, split_ruled_out
 from synth.core.collective import Collective
@@ -19,7 +19,7 @@ from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.core.transforms import dual_collective, dual_schedule
 from synth.core.schedule import Schedule, SolveResult, Status
-from synth.core.symmetry import search_symmetries
+from synth.core.symmetry import schedule_invariant, search_symmetries
 from synth.core.topology import Topology
 from synth.verify import verify
 
@@ -49,7 +49,7 @@ class SmtSession:
         self._symmetric: dict[tuple[int, int], SmtInstance | None] = {}
         self._floors: dict[int, dict[int, float]] = {}  # chunks -> steps -> rounds_floor
         self._build_seconds: dict[tuple[int, int], float] = {}  # (steps, chunks) -> exact build estimate
-        self._found: dict[tuple, Schedule] = {}  # a found schedule's key -> the solver's own (dual) one
+        self._found: dict[tuple, Schedule] = {}  # combining: a found schedule's key -> the solver's dual one
         self._chunk_unit = base.chunks  # chunks of the collective per chunk of a budget
 
     def collective(self, chunks: int) -> Collective:
@@ -119,6 +119,11 @@ class SmtSession:
         gets its LP solved (ruled out, or kept; each solve's cut may rule out later splits).
         """
         started = time.perf_counter()
+
+        def left() -> float | None:
+            """Seconds of the attempt's limit still left (None: no limit)."""
+            return None if time_limit is None else time_limit - (time.perf_counter() - started)
+
         self._keep_instances_of(steps)
         lp_seconds = None if time_limit is None else time_limit * LP_SHARE
         splits = self._open_splits(steps, rounds, chunks, solve_lps=False, seconds=lp_seconds) if by_splits else None
@@ -131,14 +136,12 @@ class SmtSession:
         if symmetric is not None:
             # the LP solves above count against the attempt's time (at 8+ steps on mi250 they
             # took 100 s of a 120 s limit, and the attempt ran 170 s)
-            left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
-            share = None if left is None else left * SYMMETRIC_SHARE
+            share = None if time_limit is None else max(0.05, left()) * SYMMETRIC_SHARE
             # the work cap follows the limit, not the clock, so it is the same on any machine
             cap = None if time_limit is None else int(time_limit * SYMMETRIC_SHARE * RLIMIT_PER_SECOND)
             result = _run(symmetric, rounds, splits, share, max_budget=cap, prune=prune, finding=True)
         if result is None or result.status != Status.SOLVED:
-            left = None if time_limit is None else time_limit - (time.perf_counter() - started)
-            if left is not None and (steps, chunks) not in self._instances and left < self._exact_build_seconds(steps, chunks):
+            if time_limit is not None and (steps, chunks) not in self._instances and left() < self._exact_build_seconds(steps, chunks):
                 # the build could not even finish: mi250 at 9-10 steps ran 150 s against 120 s
                 return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started,
                                    "no time left to build the exact encoding")
@@ -148,8 +151,7 @@ class SmtSession:
                 return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
                                    "every split of the rounds over the steps is ruled out by the LP bound")
             exact = self._instance(steps, chunks, rounds)  # its build counts (~30 s at 8 steps on mi250)
-            left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
-            result = _run(exact, rounds, splits, left, prune=prune)
+            result = _run(exact, rounds, splits, None if time_limit is None else max(0.05, left()), prune=prune)
         return self._checked(result, started, steps, chunks)
 
     def fewer_steps(self, schedule: Schedule, time_limit: float | None) -> SolveResult:
@@ -168,7 +170,7 @@ class SmtSession:
         self._keep_instances_of(steps)
         rounds = internal.total_rounds
         inst = self._symmetric_instance(steps, chunks, rounds)
-        if inst is None or not invariant(internal, inst.symmetries):
+        if inst is None or not schedule_invariant(internal, inst.symmetries):
             key = (steps, chunks, "unordered")
             inst = self._instances.get(key)
             if inst is None or inst.max_rounds < rounds:
@@ -193,7 +195,8 @@ class SmtSession:
         schedule = schedule.with_meta(synthesizer="smt", solve_seconds=round(seconds, 4),
                                       steps=steps, rounds=schedule.total_rounds, chunks=chunks)
         check_schedule(schedule)
-        self._found[_key(schedule)] = internal
+        if self.combining:
+            self._found[_key(schedule)] = internal
         return SolveResult(Status.SOLVED, schedule, seconds, result.message)
 
     def _open_splits(self, steps: int, rounds: int, chunks: int, solve_lps: bool = True,
@@ -236,7 +239,6 @@ class SmtSession:
 
 SYMMETRIC_SHARE = 2 / 3  # of an attempt's time left (and work cap) for the restricted search
 LP_SHARE = 1 / 4  # of an attempt's time limit, the most each pass's split LP solves may take
-RLIMIT_START = 2_500_000  # z3 work units of a split's first try (about 0.25 s here: ~10M units a second)
 RLIMIT_PER_SECOND = 10_000_000  # to turn a time share into a work budget, deterministically
 
 
@@ -322,16 +324,6 @@ def _splits(rounds: int, steps: int) -> list[tuple[int, ...]] | None:
 def _key(schedule: Schedule) -> tuple:
     """What identifies a found schedule among a session's: its sends, step by step."""
     return tuple((step.rounds, step.sends) for step in schedule.steps)
-
-
-def invariant(schedule: Schedule, symmetries) -> bool:
-    """True when every symmetry maps each step's sends onto that step's sends."""
-    for sym in symmetries:
-        for step in schedule.steps:
-            sends = {(send.chunk, send.src, send.dst) for send in step.sends}
-            if any((sym.chunks[c], sym.ranks[a], sym.ranks[b]) not in sends for c, a, b in sends):
-                return False
-    return True
 
 
 def check_schedule(schedule: Schedule) -> None:

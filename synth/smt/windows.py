@@ -25,10 +25,9 @@ from __future__ import annotations
 import time
 
 from synth.core.schedule import Schedule, SolveResult, Status
-from synth.smt.encoding import SmtInstance
+from synth.smt.encoding import RLIMIT_START, SmtInstance
 
 WIDTH = 5  # steps re-solved as WIDTH - 1 (mi250 allgather: 3 never fit, 7 timed out, 5 took 12 -> 9)
-FIRST_BUDGET = 2_500_000  # z3 work units of a window's first try; each pass gives every open window 4x
 
 
 def window_assumptions(inst: SmtInstance, schedule: Schedule, start: int, width: int) -> list | None:
@@ -59,7 +58,7 @@ def fewer_steps(inst: SmtInstance, schedule: Schedule, width: int = WIDTH,
     steps one fewer, its rounds at least the schedule's), or TIMEOUT: no window gave one (a
     window's "no" is about that neighbourhood only, never a proof about the budget).
 
-    The windows go in passes: each open window gets FIRST_BUDGET work units in the first, four
+    The windows go in passes: each open window gets RLIMIT_START work units in the first, four
     times more in each next one; a window the solver proves impossible drops out."""
     started = time.perf_counter()
     if len(schedule.steps) != inst.steps + 1 or width < 2 or width > inst.steps:
@@ -69,7 +68,7 @@ def fewer_steps(inst: SmtInstance, schedule: Schedule, width: int = WIDTH,
         literals = window_assumptions(inst, schedule, start, width)
         if literals is not None:
             windows[start] = literals
-    budget = FIRST_BUDGET
+    budget = RLIMIT_START
     while windows:
         for start, literals in list(windows.items()):
             left = None if time_limit is None else time_limit - (time.perf_counter() - started)

@@ -56,3 +56,16 @@ def test_kept_sends_outside_the_window_stay_in_the_shorter_schedule():
     shorter = result.schedule.steps
     for old, new in zip(before + after, shorter[:start - 1] + shorter[start + 1:]):
         assert Counter(old.sends) - Counter(new.sends) == Counter()
+
+
+def test_a_restricted_schedule_is_invariant_and_a_lopsided_one_is_not():
+    from synth.core.schedule import Schedule, Step
+    from synth.core.symmetry import schedule_invariant, search_symmetries
+
+    session = SmtSession(resolve_topology("ring:4"), "allgather", None)
+    syms = tuple(search_symmetries(session.topology, session.collective(1)))
+    found = SmtInstance(session.topology, session.collective(1), 2, 2, symmetries=syms).solve(2).schedule
+    assert len(syms) > 1 and schedule_invariant(found, syms)
+    first, *rest = found.steps
+    lopsided = Schedule(found.topology, found.collective, (Step(first.sends[1:], first.rounds), *rest))
+    assert not schedule_invariant(lopsided, syms)
