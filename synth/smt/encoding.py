@@ -332,7 +332,7 @@ class SmtInstance(CnfBuilder):
         """Is there a schedule with these steps and at most ``rounds`` rounds in total?"""
         if rounds < self.steps or rounds > self.max_rounds:
             raise ValueError(f"rounds {rounds} outside {self.steps}..{self.max_rounds}")
-        return self._check([self._selector(rounds)], time_limit)
+        return self.check([self.total_literal(rounds)], time_limit)
 
     def solve_split(self, rounds_per_step: tuple[int, ...], time_limit: float | None = None,
                     rlimit: int | None = None) -> SolveResult:
@@ -346,9 +346,33 @@ class SmtInstance(CnfBuilder):
             if rounds - 1 > len(row):
                 raise ValueError(f"{rounds} rounds in a step exceed this instance's {1 + len(row)}")
         # the total's selector too: it switches on the implied rows for that total
-        assumptions = [self._selector(sum(rounds_per_step))]
-        for row, rounds in zip(self.extra, rounds_per_step):
-            assumptions += [e if k < rounds - 1 else -e for k, e in enumerate(row)]
+        assumptions = [self.total_literal(sum(rounds_per_step))]
+        for step, rounds in enumerate(rounds_per_step, 1):
+            assumptions += self.step_rounds_literals(step, rounds)
+        return self.check(assumptions, time_limit, rlimit)
+
+    # the literals a search outside this class assumes (``synth.smt.windows``)
+    def total_literal(self, rounds: int) -> int:
+        """True: at most ``rounds`` rounds in all (with the implied rows for that total)."""
+        return self._selector(rounds)
+
+    def step_rounds_literals(self, step: int, rounds: int) -> list[int] | None:
+        """Literals that give ``step`` (1-based) exactly ``rounds`` rounds; None when this
+        instance allows it fewer."""
+        row = self.extra[step - 1]
+        if rounds < 1 or rounds - 1 > len(row):
+            return None
+        return [e if k < rounds - 1 else -e for k, e in enumerate(row)]
+
+    def send_literal(self, chunk: int, src: int, dst: int, step: int) -> int | None:
+        """The literal of that send (None: not in the encoding: pruned, or not a
+        representative of its orbit under the instance's symmetries)."""
+        return self.send.get((chunk, src, dst, step))
+
+    def check(self, assumptions: list, time_limit: float | None = None, rlimit: int | None = None) -> SolveResult:
+        """Is there a schedule with every literal in ``assumptions`` true? SOLVED carries the
+        decoded schedule (not verified here); TIMEOUT when ``time_limit`` seconds or
+        ``rlimit`` work units run out (proves nothing)."""
         return self._check(assumptions, time_limit, rlimit)
 
     def _check(self, assumptions: list, time_limit: float | None, rlimit: int | None = None) -> SolveResult:

@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 
 from synth.smt import windows
+from synth.smt.clock import Clock
 from synth.smt.encoding import RLIMIT_START, SmtInstance, SmtOptions
 from synth.smt.direct_allreduce import DirectAllreduceInstance
 from synth.bounds.step_lp import HEAD_STEPS, TAIL_STEPS, least_rounds, least_rounds_any_steps, open_splits, split_ruled_out
@@ -118,41 +119,42 @@ class SmtSession:
         rules out are never tried, and a split the solver does not settle at the first budget
         gets its LP solved (ruled out, or kept; each solve's cut may rule out later splits).
         """
-        started = time.perf_counter()
-
-        def left() -> float | None:
-            """Seconds of the attempt's limit still left (None: no limit)."""
-            return None if time_limit is None else time_limit - (time.perf_counter() - started)
-
+        clock = Clock(time_limit)
         self._keep_instances_of(steps)
         lp_seconds = None if time_limit is None else time_limit * LP_SHARE
-        splits = self._open_splits(steps, rounds, chunks, solve_lps=False, seconds=lp_seconds) if by_splits else None
+        splits = (self._open_splits(steps, rounds, chunks, solve_lps=False, seconds=clock.at_most(lp_seconds))
+                  if by_splits else None)
         if splits == []:
-            return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
+            return SolveResult(Status.INFEASIBLE, None, clock.elapsed(),
                                "every split of the rounds over the steps is ruled out by the LP bound")
-        prune = (lambda split: split_ruled_out(self.topology, self.collective(chunks), split)) if by_splits else None
+        collective = self.collective(chunks)
+        prune = (lambda split: split_ruled_out(self.topology, collective, split)) if by_splits else None
         result = None
         symmetric = self._symmetric_instance(steps, chunks, rounds)
         if symmetric is not None:
             # the LP solves above count against the attempt's time (at 8+ steps on mi250 they
             # took 100 s of a 120 s limit, and the attempt ran 170 s)
-            share = None if time_limit is None else max(0.05, left()) * SYMMETRIC_SHARE
             # the work cap follows the limit, not the clock, so it is the same on any machine
             cap = None if time_limit is None else int(time_limit * SYMMETRIC_SHARE * RLIMIT_PER_SECOND)
-            result = _run(symmetric, rounds, splits, share, max_budget=cap, prune=prune, finding=True)
+            result = _run(symmetric, rounds, splits, clock.share(SYMMETRIC_SHARE), max_budget=cap, prune=prune,
+                          finding=True)
         if result is None or result.status != Status.SOLVED:
-            if time_limit is not None and (steps, chunks) not in self._instances and left() < self._exact_build_seconds(steps, chunks):
-                # the build could not even finish: mi250 at 9-10 steps ran 150 s against 120 s
-                return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started,
-                                   "no time left to build the exact encoding")
-            # the exact search: only splits the LP allows (the others are proven impossible)
-            splits = self._open_splits(steps, rounds, chunks, seconds=lp_seconds) if by_splits else None
-            if splits == []:
-                return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started,
-                                   "every split of the rounds over the steps is ruled out by the LP bound")
+            # the exact search: only splits the LP allows (the others are proven impossible),
+            # and only with the time to build its encoding left after the LPs (mi250 at 9 steps
+            # ran 150 s against 120 s when the LPs were not counted)
+            build = 0.0 if (steps, chunks) in self._instances else self._exact_build_seconds(steps, chunks)
+            if by_splits and clock.has(build):
+                left = clock.left()
+                seconds = lp_seconds if left is None else min(lp_seconds, left - build)
+                splits = self._open_splits(steps, rounds, chunks, seconds=seconds)
+                if splits == []:
+                    return SolveResult(Status.INFEASIBLE, None, clock.elapsed(),
+                                       "every split of the rounds over the steps is ruled out by the LP bound")
+            if not clock.has(build):
+                return SolveResult(Status.TIMEOUT, None, clock.elapsed(), "no time left to build the exact encoding")
             exact = self._instance(steps, chunks, rounds)  # its build counts (~30 s at 8 steps on mi250)
-            result = _run(exact, rounds, splits, None if time_limit is None else max(0.05, left()), prune=prune)
-        return self._checked(result, started, steps, chunks)
+            result = _run(exact, rounds, splits, clock.share(1.0), prune=prune)
+        return self._checked(result, clock, steps, chunks)
 
     def fewer_steps(self, schedule: Schedule, time_limit: float | None) -> SolveResult:
         """The same rounds and chunks in one step fewer than ``schedule`` (a point this session
@@ -162,7 +164,7 @@ class SmtSession:
         The window search runs on the restricted encoding when the schedule is invariant under
         its symmetries (the restricted search's are), else on an exact one without the chunk
         order (the schedule's chunks need not follow it)."""
-        started = time.perf_counter()
+        clock = Clock(time_limit)
         internal = self._found.get(_key(schedule)) if self.combining else schedule
         steps, chunks = len(schedule.steps) - 1, schedule.collective.chunks // self._chunk_unit
         if internal is None or self.direct or steps < 1:
@@ -177,14 +179,13 @@ class SmtSession:
                 inst = SmtInstance(self.topology, self.collective(chunks), steps, rounds,
                                    replace(self.options, order_interchangeable_chunks=False))
                 self._instances[key] = inst
-        left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - started))
-        result = windows.fewer_steps(inst, internal, min(windows.WIDTH, steps), left)
-        return self._checked(result, started, steps, chunks)
+        result = windows.fewer_steps(inst, internal, min(windows.WIDTH, steps), clock.share(1.0))
+        return self._checked(result, clock, steps, chunks)
 
-    def _checked(self, result: SolveResult, started: float, steps: int, chunks: int) -> SolveResult:
+    def _checked(self, result: SolveResult, clock: Clock, steps: int, chunks: int) -> SolveResult:
         """A solver's result as the session gives it: a schedule back on the original topology
         (duals run backwards), verified; a failure to verify is a bug and raises."""
-        seconds = time.perf_counter() - started
+        seconds = clock.elapsed()
         if result.status != Status.SOLVED:
             return SolveResult(result.status, None, seconds, result.message)
         schedule = result.schedule
@@ -267,37 +268,35 @@ def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
     tried in the first pass (the cheap ones are ruled out there)."""
     if splits is None:
         return inst.solve(rounds, time_limit)
-    started = time.perf_counter()
+    clock = Clock(time_limit)
     pending, budget = list(splits), RLIMIT_START
-    tried: set = set()
+    tried: set = set()  # splits that had their first try (and, then, their prune)
     while pending:
         if max_budget is not None and budget > max_budget:
-            return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "work budget")
+            return SolveResult(Status.TIMEOUT, None, clock.elapsed(), "work budget")
         still, first_tries = [], []
         for position, split in enumerate(pending):
             share = budget // (position + 1)
             if finding and share < RLIMIT_START and position >= FEW_SPLITS:
                 still.append(split)  # its turn comes in a later pass
                 continue
-            left = None if time_limit is None else time_limit - (time.perf_counter() - started)
-            if left is not None and left <= 0.01:
-                return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "time limit")
-            result = inst.solve_split(split, left, rlimit=max(RLIMIT_START, share))
+            if not clock.has(0.01):
+                return SolveResult(Status.TIMEOUT, None, clock.elapsed(), "time limit")
+            result = inst.solve_split(split, clock.left(), rlimit=max(RLIMIT_START, share))
             if result.status in (Status.SOLVED, Status.ERROR):
                 return result
             if result.status == Status.TIMEOUT:
                 still.append(split)
                 if split not in tried:
                     first_tries.append(split)
-                    tried.add(split)
+        tried.update(first_tries)
         if prune is not None and first_tries:
             # while time is left: an LP solve takes seconds on the big machines
-            ruled_out = {split for split in first_tries
-                         if (time_limit is None or time.perf_counter() - started < time_limit) and prune(split)}
+            ruled_out = {split for split in first_tries if clock.has(0.0) and prune(split)}
             still = [split for split in still if split not in ruled_out]
         pending = still
         budget *= 4
-    return SolveResult(Status.INFEASIBLE, None, time.perf_counter() - started)
+    return SolveResult(Status.INFEASIBLE, None, clock.elapsed())
 
 
 MAX_SPLITS = 200

@@ -35,17 +35,17 @@ def window_assumptions(inst: SmtInstance, schedule: Schedule, start: int, width:
     start + width - 1 (1-based) in ``inst`` (one step fewer; later steps move up by one).
     None when some kept send cannot happen that early (its chunk is too far away) or is not
     in the encoding (pruned, or not invariant under its symmetries)."""
-    literals = [inst._selector(schedule.total_rounds)]
+    literals = [inst.total_literal(schedule.total_rounds)]
     for number, step in enumerate(schedule.steps, 1):
         if start <= number < start + width:
             continue
         moved = number if number < start else number - 1
-        row = inst.extra[moved - 1]
-        if step.rounds - 1 > len(row):
+        rounds = inst.step_rounds_literals(moved, step.rounds)
+        if rounds is None:
             return None
-        literals += [e if k < step.rounds - 1 else -e for k, e in enumerate(row)]
+        literals += rounds
         for send in step.sends:
-            literal = inst.send.get((send.chunk, send.src, send.dst, moved))
+            literal = inst.send_literal(send.chunk, send.src, send.dst, moved)
             if literal is None:
                 return None
             literals.append(literal)
@@ -74,7 +74,7 @@ def fewer_steps(inst: SmtInstance, schedule: Schedule, width: int = WIDTH,
             left = None if time_limit is None else time_limit - (time.perf_counter() - started)
             if left is not None and left <= 0.01:
                 return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "time limit")
-            result = inst._check(literals, left, budget)
+            result = inst.check(literals, left, budget)
             if result.status == Status.SOLVED:
                 return SolveResult(Status.SOLVED, result.schedule, time.perf_counter() - started,
                                    f"steps {start}..{start + width - 1} re-solved as {width - 1}")

@@ -251,3 +251,36 @@ def test_direct_allreduce_on_dgx1_verifies():
 
     result = DirectAllreduceInstance(resolve_topology("dgx1"), allreduce(8, 2), 5, 5).solve(5, time_limit=60)
     assert result.status == Status.SOLVED and verify(result.schedule) == []
+
+
+def test_the_exact_search_gets_its_split_lps_and_its_build_from_one_clock(monkeypatch):
+    """The split LPs before the exact search may take only what the build leaves of the limit,
+    and with no time left for the build the attempt ends (TIMEOUT, nothing built): mi250 at 9
+    steps ran 150 s against 120 s when the LPs were not counted."""
+    from synth.smt.session import LP_SHARE, SmtSession
+
+    def session_with(build_seconds: float) -> tuple[SmtSession, list]:
+        session = SmtSession(resolve_topology("ring:4"), "allgather", None)
+        asked: list = []
+        real = session._open_splits
+
+        def recording(steps, rounds, chunks, solve_lps=True, seconds=None):
+            asked.append((solve_lps, seconds))
+            return real(steps, rounds, chunks, solve_lps, seconds)
+
+        monkeypatch.setattr(session, "_open_splits", recording)
+        monkeypatch.setattr(session, "_symmetric_instance", lambda *args: None)  # straight to the exact search
+        monkeypatch.setattr(session, "_exact_build_seconds", lambda *args: build_seconds)
+        return session, asked
+
+    limit = 40.0
+    session, asked = session_with(limit - 1.0)
+    result = session.solve(2, 3, 1, limit)
+    assert result.status == Status.SOLVED and not verify(result.schedule)
+    exact_pass = [seconds for solve_lps, seconds in asked if solve_lps]
+    assert exact_pass and exact_pass[0] <= 1.0 < limit * LP_SHARE
+
+    session, asked = session_with(limit + 1.0)
+    result = session.solve(2, 3, 1, limit)
+    assert result.status == Status.TIMEOUT and "build" in result.message
+    assert not session._instances and not [seconds for solve_lps, seconds in asked if solve_lps]
