@@ -6,7 +6,6 @@ Every SOLVED answer is verified here before it leaves (a failure is a bug and ra
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 
@@ -301,23 +300,6 @@ def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
 
 MAX_SPLITS = 200
 FEW_SPLITS = 12
-
-
-def _splits(rounds: int, steps: int) -> list[tuple[int, ...]] | None:
-    """Every way to give each step >= 1 round, summing to ``rounds`` (None when too many)."""
-    if math.comb(rounds - 1, steps - 1) > MAX_SPLITS:
-        return None
-    out: list[tuple[int, ...]] = []
-
-    def extend(prefix: tuple[int, ...], left: int, slots: int) -> None:
-        if slots == 1:
-            out.append(prefix + (left,))
-            return
-        for first in range(1, left - slots + 2):
-            extend(prefix + (first,), left - first, slots - 1)
-
-    extend((), rounds, steps)
-    return out
 
 
 def _key(schedule: Schedule) -> tuple:

@@ -22,9 +22,8 @@ steps in 6-35 s a step. A "no" for every window proves nothing about the budget.
 
 from __future__ import annotations
 
-import time
-
 from synth.core.schedule import Schedule, SolveResult, Status
+from synth.smt.clock import Clock
 from synth.smt.encoding import RLIMIT_START, SmtInstance
 
 WIDTH = 5  # steps re-solved as WIDTH - 1 (mi250 allgather: 3 never fit, 7 timed out, 5 took 12 -> 9)
@@ -60,7 +59,7 @@ def fewer_steps(inst: SmtInstance, schedule: Schedule, width: int = WIDTH,
 
     The windows go in passes: each open window gets RLIMIT_START work units in the first, four
     times more in each next one; a window the solver proves impossible drops out."""
-    started = time.perf_counter()
+    clock = Clock(time_limit)
     if len(schedule.steps) != inst.steps + 1 or width < 2 or width > inst.steps:
         return SolveResult(Status.TIMEOUT, None, 0.0, "no window to re-solve")
     windows = {}
@@ -71,17 +70,16 @@ def fewer_steps(inst: SmtInstance, schedule: Schedule, width: int = WIDTH,
     budget = RLIMIT_START
     while windows:
         for start, literals in list(windows.items()):
-            left = None if time_limit is None else time_limit - (time.perf_counter() - started)
-            if left is not None and left <= 0.01:
-                return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started, "time limit")
-            result = inst.check(literals, left, budget)
+            if not clock.has(0.01):
+                return SolveResult(Status.TIMEOUT, None, clock.elapsed(), "time limit")
+            result = inst.check(literals, clock.left(), budget)
             if result.status == Status.SOLVED:
-                return SolveResult(Status.SOLVED, result.schedule, time.perf_counter() - started,
+                return SolveResult(Status.SOLVED, result.schedule, clock.elapsed(),
                                    f"steps {start}..{start + width - 1} re-solved as {width - 1}")
             if result.status == Status.INFEASIBLE:
                 del windows[start]
             elif result.status == Status.ERROR:
                 return result
         budget *= 4
-    return SolveResult(Status.TIMEOUT, None, time.perf_counter() - started,
+    return SolveResult(Status.TIMEOUT, None, clock.elapsed(),
                        "no window of the schedule fits in one step fewer")
