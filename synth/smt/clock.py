@@ -34,11 +34,13 @@ class Clock:
         left = self.left()
         return None if left is None else max(floor, left * fraction)
 
-    def at_most(self, seconds: float | None) -> float | None:
-        """``seconds`` cut to what is left (None: no limit on either)."""
+    def at_most(self, seconds: float | None, reserve: float = 0.0) -> float | None:
+        """``seconds`` cut to what is left once ``reserve`` seconds are kept back for what
+        comes after (None: no limit on either)."""
         left = self.left()
         if left is None:
             return seconds
+        left -= reserve
         return max(0.0, left if seconds is None else min(seconds, left))
 
     def has(self, seconds: float) -> bool:

@@ -342,14 +342,14 @@ class SmtInstance(CnfBuilder):
         answer then depends on the work done, not on how loaded the machine is."""
         if len(rounds_per_step) != self.steps or min(rounds_per_step) < 1:
             raise ValueError(f"need {self.steps} per-step rounds >= 1, got {rounds_per_step}")
-        for row, rounds in zip(self.extra, rounds_per_step):
-            if rounds - 1 > len(row):
-                raise ValueError(f"{rounds} rounds in a step exceed this instance's {1 + len(row)}")
-        # the total's selector too: it switches on the implied rows for that total
-        assumptions = [self.total_literal(sum(rounds_per_step))]
+        assumptions = []
         for step, rounds in enumerate(rounds_per_step, 1):
-            assumptions += self.step_rounds_literals(step, rounds)
-        return self.check(assumptions, time_limit, rlimit)
+            literals = self.step_rounds_literals(step, rounds)
+            if literals is None:
+                raise ValueError(f"{rounds} rounds in a step exceed this instance's {1 + len(self.extra[step - 1])}")
+            assumptions += literals
+        # the total's selector too: it switches on the implied rows for that total
+        return self.check([self.total_literal(sum(rounds_per_step)), *assumptions], time_limit, rlimit)
 
     # the literals a search outside this class assumes (``synth.smt.windows``)
     def total_literal(self, rounds: int) -> int:

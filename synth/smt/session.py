@@ -143,9 +143,7 @@ class SmtSession:
             # ran 150 s against 120 s when the LPs were not counted)
             build = 0.0 if (steps, chunks) in self._instances else self._exact_build_seconds(steps, chunks)
             if by_splits and clock.has(build):
-                left = clock.left()
-                seconds = lp_seconds if left is None else min(lp_seconds, left - build)
-                splits = self._open_splits(steps, rounds, chunks, seconds=seconds)
+                splits = self._open_splits(steps, rounds, chunks, seconds=clock.at_most(lp_seconds, reserve=build))
                 if splits == []:
                     return SolveResult(Status.INFEASIBLE, None, clock.elapsed(),
                                        "every split of the rounds over the steps is ruled out by the LP bound")
@@ -222,9 +220,10 @@ class SmtSession:
         key = (steps, chunks)
         inst = self._symmetric.get(key)
         if key not in self._symmetric or (inst is not None and inst.max_rounds < rounds):
-            syms = tuple(search_symmetries(self.topology, self.collective(chunks)))
+            collective = self.collective(chunks)
+            syms = tuple(search_symmetries(self.topology, collective))
             began = time.perf_counter()
-            inst = (SmtInstance(self.topology, self.collective(chunks), steps, rounds, self.options, syms)
+            inst = (SmtInstance(self.topology, collective, steps, rounds, self.options, syms)
                     if len(syms) > 1 else None)
             self._symmetric[key] = inst
             self._build_seconds[key] = (time.perf_counter() - began) * len(syms)
@@ -239,7 +238,8 @@ class SmtSession:
 
 SYMMETRIC_SHARE = 2 / 3  # of an attempt's time left (and work cap) for the restricted search
 LP_SHARE = 1 / 4  # of an attempt's time limit, the most each pass's split LP solves may take
-RLIMIT_PER_SECOND = 10_000_000  # to turn a time share into a work budget, deterministically
+RLIMIT_PER_SECOND = 10_000_000  # to turn a time share into a work budget, deterministically (z3's rate on
+# small machines; on mi250 allgather it does 1-6M a second, so there the clock binds first)
 
 
 def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
