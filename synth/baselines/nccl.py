@@ -110,10 +110,10 @@ def _tuning(topology: Topology, collective: str, chosen: str, protocol: str, cos
     predictions = []
     for _, name, _, _ in costed:
         algo = MODEL_NAMES.get(name)
-        for protocol in PROTOCOLS:
-            if algo is not None and applies(setup, algo, protocol):
-                predictions.append({"algorithm": name, "protocol": protocol,
-                                    "predicted_us": predicted_us(setup, algo, protocol, size)})
+        for option in PROTOCOLS:  # not ``protocol``: that names the chosen one, compared below
+            if algo is not None and applies(setup, algo, option):
+                predictions.append({"algorithm": name, "protocol": option,
+                                    "predicted_us": predicted_us(setup, algo, option, size)})
     if not predictions:
         return {}
     pick = min(predictions, key=lambda p: p["predicted_us"])

@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from synth.cli.check import add_check_parser
     from synth.cli.evaluate import add_evaluate_parsers
     from synth.cli.export import add_export_parser
+    from synth.cli.measure import add_measure_parsers
     from synth.cli.model import add_model_parsers
     from synth.cli.report import add_report_parser
     from synth.cli.run import add_run_parser
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
     add_export_parser(sub)
     add_check_parser(sub)
+    add_measure_parsers(sub)
     add_run_parser(sub)
     return parser
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from synth.core.subset import rank_ranges
 from synth.core.topology import Topology
 
 
@@ -67,12 +68,4 @@ def _num(value: float) -> str:
 
 
 def _ranges(ranks) -> str:
-    ranks = sorted(ranks)
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(parts)
+    return rank_ranges(sorted(ranks))

@@ -97,3 +97,17 @@ def test_listed_with_the_other_baselines(capsys):
     assert main(["baseline", "dgx1", "allgather", "--algo", "list"]) == 0
     assert "nccl_pat             n/a: PAT needs one GPU per machine" in capsys.readouterr().out
     assert build_baseline(resolve_topology("dgx1"), "nccl", "reduce", 3, None, MIB).collective.root == 3
+
+
+def test_chosen_prediction_is_the_chosen_protocols():
+    """NCCL's model's prediction for the chosen option is the one for its own protocol (the
+    loop over protocols once rebound the chosen one, so this was always the Simple figure)."""
+    from synth.baselines.nccl import build
+    from synth.core.library import resolve_topology
+
+    for size in (1024, 1 << 30):
+        s = build(resolve_topology("dgx1"), "allreduce", None, None, size=size)
+        model = s.meta["nccl_model"]
+        same = [p["predicted_us"] for p in model["predictions"]
+                if p["algorithm"] == s.meta["nccl_algorithm"] and p["protocol"] == s.meta["protocol"]]
+        assert model["chosen_predicted_us"] == same[0]

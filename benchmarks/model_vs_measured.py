@@ -1,0 +1,212 @@
+"""The cost model against real nccl-tests runs (../shared/nccl-tests-logs/).
+
+For every shared run, NCCL's time as the runtime model predicts it (``synth.measure.runtime``)
+over the measured out-of-place time, per regime (one or two machines x < 64 KiB / 64 KiB-64 MiB /
+>= 64 MiB), three ways:
+
+- ``default``: the default parameters (``synth.measure.calibration.DEFAULTS``);
+- ``held out``: the defaults fitted again to every shared run but this one (``--fit-defaults``
+  without it): what the defaults would predict for a run they never saw;
+- ``calibrated``: starting from those, a calibration fitted to the other runs of the same GPU
+  kind (never the run being predicted); runs with no sibling keep the held-out defaults;
+- ``nccl model``: NCCL's own tuning model as synth implements it (``baselines/nccl_model.py``), its
+  tuner's pick, which has no launch cost.
+
+Rows ``synth doctor`` flags as far slower than the machine should be (under the defaults) are
+left out of every figure and listed. ``--fit-defaults`` fits every parameter to all shared runs
+at once and prints the values (how DEFAULTS were set).
+
+    python benchmarks/model_vs_measured.py [--logs DIR] [--fit-defaults] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from synth.baselines.nccl import nccl_setup
+from synth.baselines.nccl_model import PROTOCOLS, applies, predicted_us
+from synth.core.library import resolve_topology
+from synth.core.subset import parse_ranks, sub_topology
+from synth.measure import doctor
+from synth.measure.calibration import DEFAULTS, Calibration
+from synth.measure.fit import Measured, fit, model_us
+from synth.measure.logs import read_runs
+from synth.measure.runtime import Launch, describe
+
+LOGS = Path(__file__).resolve().parents[2] / "shared" / "nccl-tests-logs"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Which library machine a shared run was made on (SOURCES.md), and how."""
+
+    file: str
+    run: int
+    topology: str
+    kind: str
+    ranks: str | None = None
+    transport: str = "ib"
+    nic_gbps: float | None = None  # per machine, where the run's NICs differ from the library's
+
+
+SPECS = (
+    Spec("dgx1-v100-8gpu-allreduce-1.txt", 0, "dgx1", "V100"),
+    Spec("dgx2-v100-12gpu-allreduce-1.txt", 0, "dgx2", "V100", ranks="0-11"),
+    Spec("dgx2-v100-12gpu-allgather-1.txt", 0, "dgx2", "V100", ranks="0-11"),
+    Spec("h100-8gpu-allreduce-1.txt", 0, "h100", "H100"),
+    Spec("h100-2node-16gpu-allreduce-1.txt", 0, "h100x2", "H100", transport="tcp", nic_gbps=200.0),
+    Spec("h100-2node-16gpu-allreduce-2.txt", 0, "h100x2", "H100"),
+    Spec("a100-8gpu-allreduce-1.txt", 0, "a100", "A100"),
+    Spec("a100-8gpu-allreduce-2.txt", 0, "a100", "A100"),
+    Spec("a100-8gpu-and-2node-allreduce-oci.txt", 0, "a100", "A100"),
+    Spec("a100-8gpu-and-2node-allreduce-oci.txt", 1, "a100x2", "A100", transport="roce"),
+    Spec("a100-8gpu-and-2node-allreduce-oci-ubuntu.txt", 0, "a100", "A100"),
+    Spec("a100-8gpu-and-2node-allreduce-oci-ubuntu.txt", 1, "a100x2", "A100", transport="roce"),
+    Spec("mi300x-8gpu-allreduce-1.txt", 0, "mi300x", "MI300X"),
+    Spec("mi300x-8gpu-allreduce-2.txt", 0, "mi300x", "MI300X"),
+    Spec("mi300x-2node-16gpu-allreduce-1.txt", 0, "mi300xx2", "MI300X", transport="roce"),
+    Spec("mi250-16gcd-allreduce-excerpt.txt", 0, "mi250", "MI250"),
+)
+MODELS = ("default", "held out", "calibrated", "nccl model")
+DEFAULTS_PRIOR = 0.05
+REGIMES = ("1 machine, < 64 KiB", "1 machine, 64 KiB - 64 MiB", "1 machine, >= 64 MiB",
+           "2+ machines, < 64 MiB", "2+ machines, >= 64 MiB")
+
+
+def regime(machines: int, size: float) -> str:
+    """The regime of a (run, size) point, as the issue's table names them."""
+    if machines > 1:
+        return REGIMES[3] if size < 64 * 2**20 else REGIMES[4]
+    return REGIMES[0] if size < 64 * 2**10 else REGIMES[1] if size < 64 * 2**20 else REGIMES[2]
+
+
+def load(spec: Spec, logs: Path) -> Measured:
+    """The shared run as a Measured (its topology, launch mode and rows)."""
+    run = read_runs(logs / spec.file)[spec.run]
+    topology = resolve_topology(spec.topology)
+    if spec.ranks:
+        topology = sub_topology(topology, parse_ranks(spec.ranks, topology.ranks))
+    machine = describe(topology)
+    if spec.nic_gbps is not None:
+        machine = dataclasses.replace(machine, nic_gbps=spec.nic_gbps)
+    launch = Launch(run.launch, run.gpus_per_thread)
+    rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
+    return Measured(f"{spec.file}#{spec.run}", run.collective or "allreduce", machine, launch, spec.transport, rows)
+
+
+def healthy(run: Measured) -> tuple[Measured, list]:
+    """The run without the rows doctor flags (under the defaults), and those rows."""
+    flagged = {row.size_bytes for row in doctor.unhealthy(doctor.rows(run, Calibration()))}
+    kept = tuple(r for r in run.rows if int(r[0]) not in flagged)
+    return dataclasses.replace(run, rows=kept), sorted(flagged)
+
+
+def nccl_own(spec: Spec, run: Measured, size: float) -> float:
+    """NCCL's own tuning model's pick at this size (no launch cost)."""
+    topology = resolve_topology(spec.topology)
+    channels = 1
+    setup, _ = nccl_setup(topology, run.collective, channels)
+    setup = dataclasses.replace(setup, ranks=run.machine.ranks, machines=run.machine.machines,
+                                channels=1, channel_gbps=run.machine.ring_gbps if run.machine.machines == 1
+                                else min(run.machine.ring_gbps, run.machine.nic_gbps))
+    return min(predicted_us(setup, algo, proto, size) for algo in ("ring", "tree") for proto in PROTOCOLS
+               if applies(setup, algo, proto))
+
+
+def evaluate(logs: Path) -> dict:
+    """Every point's model/measured under the three models, per run and regime."""
+    runs = {spec: healthy(load(spec, logs)) for spec in SPECS}
+    points, per_run, flagged = [], [], []
+    for spec, (run, dropped) in runs.items():
+        others = [r for s, (r, _) in runs.items() if s != spec and r.rows]
+        held_out = fit(others, Calibration(), names=tuple(DEFAULTS), prior=DEFAULTS_PRIOR)
+        siblings = [r for s, (r, _) in runs.items() if s.kind == spec.kind and s != spec and r.rows]
+        cal = fit(siblings, held_out) if siblings else held_out
+        flagged.extend({"run": run.source, "size_bytes": s} for s in dropped)
+        ratios = {key: [] for key in MODELS}
+        for size, took in run.rows:
+            point = {"run": run.source, "size_bytes": size, "regime": regime(run.machine.machines, size),
+                     "default": model_us(run, size, Calibration()) / took,
+                     "held out": model_us(run, size, held_out) / took,
+                     "calibrated": model_us(run, size, cal) / took,
+                     "nccl model": nccl_own(spec, run, size) / took, "calibrated_from_siblings": bool(siblings)}
+            points.append(point)
+            for key in ratios:
+                ratios[key].append(point[key])
+        per_run.append({"run": run.source, "topology": run.machine.name, "launch": run.launch.mode,
+                        "points": len(run.rows), "siblings": len(siblings),
+                        **{key: _summary(values) for key, values in ratios.items()}})
+    regimes = {name: {key: _summary([p[key] for p in points if p["regime"] == name])
+                      for key in MODELS} for name in REGIMES}
+    overall = {key: _summary([p[key] for p in points]) for key in MODELS}
+    return {"runs": per_run, "regimes": regimes, "all": overall, "flagged": flagged, "points": points}
+
+
+def _summary(ratios: list[float]) -> dict:
+    if not ratios:
+        return {"points": 0, "within_1_3": None, "geo_mean": None}
+    within = sum(1 for r in ratios if 1 / 1.3 <= r <= 1.3) / len(ratios)
+    return {"points": len(ratios), "within_1_3": round(within, 3),
+            "geo_mean": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3)}
+
+
+def fit_defaults(logs: Path) -> Calibration:
+    """Every parameter fitted to every shared run at once (how DEFAULTS were set)."""
+    runs = [healthy(load(spec, logs))[0] for spec in SPECS]
+    return fit(runs, Calibration(), names=tuple(DEFAULTS), prior=DEFAULTS_PRIOR)
+
+
+def _cell(s: dict) -> str:
+    if not s["points"]:
+        return "- | -"
+    return f"{100 * s['within_1_3']:.0f}% | {s['geo_mean']:.2f}"
+
+
+def print_tables(result: dict) -> None:
+    heads = " | ".join(f"{m}: within 1.3x | geo-mean" for m in MODELS)
+    print(f"| regime | points | {heads} |")
+    print("|---|---|" + "---|---|" * len(MODELS))
+    for name, s in [*result["regimes"].items(), ("all", result["all"])]:
+        print(f"| {name} | {s['default']['points']} | " + " | ".join(_cell(s[m]) for m in MODELS) + " |")
+    print()
+    print("| run | topology | launch | points | siblings | " + " | ".join(MODELS) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(MODELS))
+    for r in result["runs"]:
+        print(f"| {r['run']} | {r['topology']} | {r['launch']} | {r['points']} | {r['siblings']} | "
+              + " | ".join(_cell(r[m]).replace(" | ", " / ") for m in MODELS) + " |")
+    if result["flagged"]:
+        by_run: dict = {}
+        for f in result["flagged"]:
+            by_run.setdefault(f["run"], []).append(f["size_bytes"])
+        print()
+        for run, sizes in by_run.items():
+            print(f"left out (doctor: far slower than the machine should be): {run}: "
+                  f"{len(sizes)} rows, {min(sizes)} .. {max(sizes)} bytes")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logs", type=Path, default=LOGS)
+    parser.add_argument("--fit-defaults", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.fit_defaults:
+        cal = fit_defaults(args.logs)
+        print(json.dumps({k: float(f"{v:.4g}") for k, v in cal.values().items()}, indent=1))
+        return 0
+    result = evaluate(args.logs)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "points"}, indent=1))
+    else:
+        print_tables(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""``synth calibrate`` and ``synth doctor``: the cost model against nccl-tests output."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+
+from synth.core.errors import InputError
+
+TRANSPORT_HELP = "the network between machines: ib (InfiniBand), roce, tcp (TCP-class, e.g. GPUDirect-TCPX); default ib"
+
+
+def add_measure_parsers(sub) -> None:
+    """Add ``calibrate`` and ``doctor`` to ``sub``."""
+    p = sub.add_parser("calibrate", help="fit the runtime terms of the cost model to nccl-tests output")
+    p.add_argument("logs", nargs="+", metavar="LOG")
+    _machine_options(p)
+    p.add_argument("--base", help="a synth.calibration file to refine (e.g. NVLink from a 1-machine run)")
+    p.add_argument("-o", "--output", required=True, help="synth.calibration file to write")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("doctor", help="measured vs expected per size, and what is most likely wrong")
+    p.add_argument("log", metavar="LOG")
+    _machine_options(p)
+    p.add_argument("--calibration", help="a synth.calibration file (default: the default parameters)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
+
+
+def _machine_options(p) -> None:
+    p.add_argument("--topology", required=True, help="the machine the run was made on (library name, NAMExK, file)")
+    p.add_argument("--ranks", help="the topology's ranks the run used, e.g. 0-11 (12 of a DGX-2's 16 GPUs)")
+    p.add_argument("--transport", default="ib", choices=("ib", "roce", "tcp"), help=TRANSPORT_HELP)
+
+
+def measured_runs(paths: list[str], args) -> list:
+    """Every run in the logs as a Measured on the topology; InputError when one does not fit it."""
+    from synth.core.library import resolve_topology
+    from synth.core.subset import parse_ranks, sub_topology
+    from synth.measure.fit import Measured
+    from synth.measure.logs import read_runs
+    from synth.measure.runtime import COLLECTIVES, Launch, describe
+
+    topology = resolve_topology(args.topology)
+    if args.ranks:
+        topology = sub_topology(topology, parse_ranks(args.ranks, topology.ranks))
+    machine = describe(topology)
+    out = []
+    for path in paths:
+        for run in read_runs(path):
+            where = f"{path}: run {run.index + 1}"
+            if run.collective is not None and run.collective not in COLLECTIVES:
+                raise InputError(f"{where} is {run.collective}; the runtime model covers {', '.join(COLLECTIVES)}")
+            if run.ranks is not None and run.ranks != machine.ranks:
+                raise InputError(f"{where} has {run.ranks} ranks, topology {topology.name} has {machine.ranks} "
+                                 "(--ranks names the GPUs of a partial run, e.g. --ranks 0-11)")
+            if run.machines is not None and run.machines != machine.machines:
+                raise InputError(f"{where} ran on {run.machines} machine(s), topology {topology.name} has "
+                                 f"{machine.machines}")
+            rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
+            out.append(Measured(f"{path}#{run.index}", run.collective or "allreduce", machine,
+                                Launch(run.launch, run.gpus_per_thread), args.transport, rows))
+    return out
+
+
+def cmd_calibrate(args) -> int:
+    from synth.core.io import dumps, write_text_atomic
+    from synth.measure.calibration import load_calibration
+    from synth.measure.fit import fit
+
+    runs = measured_runs(args.logs, args)
+    base = load_calibration(args.base)
+    cal = fit(runs, base, topology=runs[0].machine.name)
+    cal = dataclasses.replace(cal, sources=tuple(base.sources) + cal.sources)
+    write_text_atomic(args.output, dumps(cal.to_doc()))
+    ratios = [row["model_over_measured"] for row in cal.fit]
+    within = sum(1 for r in ratios if 1 / 1.3 <= r <= 1.3)
+    print(f"fitted {len(cal.parameters)} parameters to {len(ratios)} rows of {len(runs)} run(s): "
+          f"{within} of {len(ratios)} within 1.3x, geo-mean model/measured {_geo(ratios):.2f}")
+    for name, value in sorted(cal.parameters.items()):
+        print(f"  {name} = {value:.4g}")
+    for row in cal.excluded:
+        print(f"  left out (far slower than the rest): {row['file']} {row['size_bytes']} B: "
+              f"{row['measured_us']} us measured, {row['model_us']} modelled")
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.core.collectives import make_collective
+    from synth.core.library import resolve_topology
+    from synth.core.subset import parse_ranks, sub_topology
+    from synth.cost import format_size
+    from synth.measure import doctor
+    from synth.measure.calibration import load_calibration
+
+    cal = load_calibration(args.calibration)
+    runs = measured_runs([args.log], args)
+    topology = resolve_topology(args.topology)
+    if args.ranks:
+        topology = sub_topology(topology, parse_ranks(args.ranks, topology.ranks))
+    docs = []
+    for run in runs:
+        bounds = lower_bounds(topology, make_collective(run.collective, topology.ranks))
+        table = doctor.rows(run, cal, bounds.time_us)
+        found = doctor.regions(table, run.machine.machines)
+        docs.append({"run": run.source, "collective": run.collective, "launch": run.launch.mode,
+                     "rows": [_row_doc(r) for r in table], "regions": [_region_doc(r) for r in found]})
+        if not args.json:
+            _print_run(run, table, found, format_size)
+    if args.json:
+        out = docs[0] if len(docs) == 1 else {"runs": docs}
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def _print_run(run, table, found, format_size) -> None:
+    print(f"{run.source}: {run.collective} on {run.machine.name} ({run.machine.ranks} ranks, "
+          f"{run.machine.machines} machine(s), {run.launch.mode}, {run.transport})")
+    print(f"{'size':>8} {'measured us':>12} {'expected us':>12} {'NCCL choice':>22} {'bound us':>10} "
+          f"{'meas/exp':>9}  verdict")
+    for r in table:
+        choice = f"{r.choice.algorithm}/{r.choice.protocol}/{r.choice.channels}ch"
+        bound = f"{r.bound_us:10.2f}" if r.bound_us is not None else f"{'-':>10}"
+        print(f"{format_size(r.size_bytes):>8} {r.measured_us:12.2f} {r.expected_us:12.2f} {choice:>22} {bound} "
+              f"{r.ratio:9.2f}  {r.verdict}")
+    for region in found:
+        print(region.line())
+
+
+def _row_doc(r) -> dict:
+    return {"size_bytes": r.size_bytes, "measured_us": r.measured_us, "expected_us": round(r.expected_us, 3),
+            "choice": {"algorithm": r.choice.algorithm, "protocol": r.choice.protocol, "channels": r.choice.channels},
+            "bound_us": None if r.bound_us is None else round(r.bound_us, 3),
+            "measured_over_expected": round(r.ratio, 4), "verdict": r.verdict}
+
+
+def _region_doc(r) -> dict:
+    return {"first_bytes": r.first, "last_bytes": r.last, "verdict": r.verdict,
+            "measured_over_expected": round(r.ratio, 4), "cause": r.cause, "line": r.line()}
+
+
+def _geo(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

@@ -1,0 +1,1 @@
+"""Measurements: nccl-tests output, the runtime model, calibration, doctor."""

@@ -1,0 +1,149 @@
+"""``synth.calibration`` v1: the runtime terms of the cost model, fitted from measurements.
+
+The ideal model (DESIGN.md) is what the links allow. A real runtime reaches less, and the
+difference decides which schedule wins at which size. These named terms say how much less; the
+formulas that use them are in ``synth.measure.runtime`` and docs/cost-model.md. Units as
+everywhere: us, GB/s, bytes.
+
+A document::
+
+    {"format": "synth.calibration", "version": 1, "topology": "h100",
+     "parameters": {"efficiency_nvlink": 0.81, ...},      # any subset; the rest take DEFAULTS
+     "sources": [{"file": ..., "rows": 31, "collective": "allreduce", "launch": "threads"}],
+     "fit": [{"file": ..., "size_bytes": 1048576, "measured_us": 46.5, "model_us": 44.0}, ...]}
+
+>>> cal = Calibration.from_doc({"format": "synth.calibration", "version": 1,
+...                             "parameters": {"efficiency_nvlink": 0.8}}, "x.json")
+>>> cal.get("efficiency_nvlink"), cal.get("fill_us") == DEFAULTS["fill_us"]
+(0.8, True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from synth.core.errors import InputError
+from synth.core.io import read_json
+
+FORMAT = "synth.calibration"
+VERSION = 1
+TRANSPORTS = ("ib", "roce", "tcp")
+
+DEFAULTS: Mapping[str, float] = {
+    # CPU cost of one call: the measured time never goes below it (calls queue behind it)
+    "launch_process_us": 12.0,        # one process per GPU
+    "launch_thread_gpu_us": 5.27,      # per GPU when one thread drives several (nccl-tests -g N)
+    # share of a link's line rate that bulk (Simple) transfers reach, per link kind
+    "efficiency_nvlink": 0.741,
+    "efficiency_xgmi": 0.860,
+    "efficiency_pcie": 0.74,
+    "efficiency_net": 0.813,
+    # NCCL's base and per-hop latencies (reference/nccl-model.md) times this
+    "latency_scale": 1.32,
+    # added to NCCL's network hop latency per inter-machine hop, by transport
+    "network_hop_us_ib": 2.7,
+    "network_hop_us_roce": 76.4,
+    "network_hop_us_tcp": 40.1,
+    # bus bandwidth one channel (thread block) moves, per protocol
+    "channel_gbps_ll": 23.6,
+    "channel_gbps_ll128": 20.0,
+    "channel_gbps_simple": 25.0,
+    # bytes of the call per channel NCCL uses before it adds another channel, per protocol
+    "channel_bytes_ll": 32768.0,
+    "channel_bytes_ll128": 40960.0,
+    "channel_bytes_simple": 262144.0,
+    "max_channels": 32.0,
+    # NCCL's tree across machines: bandwidth per channel (16 channels)
+    "tree_channel_gbps": 14.6,
+    # Simple's pipeline fill: grows with the size up to fill_us at fill_bytes
+    "fill_us": 30.0,
+    "fill_bytes": 16.0e6,
+}
+FRACTIONS = frozenset(name for name in DEFAULTS if name.startswith("efficiency_"))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Named runtime terms (a subset of DEFAULTS' names; the rest take the defaults), with the
+    runs they were fitted from and the residual of every row."""
+
+    parameters: Mapping[str, float] = field(default_factory=dict)
+    topology: str | None = None
+    sources: tuple[Mapping[str, Any], ...] = ()
+    fit: tuple[Mapping[str, Any], ...] = ()
+    excluded: tuple[Mapping[str, Any], ...] = ()
+
+    def get(self, name: str) -> float:
+        """The value of ``name``: this calibration's, else the default."""
+        return float(self.parameters.get(name, DEFAULTS[name]))
+
+    def values(self) -> dict[str, float]:
+        """Every parameter, defaults filled in."""
+        return {name: self.get(name) for name in DEFAULTS}
+
+    def with_parameters(self, **values: float) -> "Calibration":
+        """A copy with some parameters set (validated)."""
+        merged = dict(self.parameters)
+        merged.update(values)
+        _check_parameters(merged, "calibration")
+        return Calibration(merged, self.topology, self.sources, self.fit, self.excluded)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The ``synth.calibration`` v1 document."""
+        doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "topology": self.topology,
+                               "parameters": {k: _rounded(v) for k, v in sorted(self.parameters.items())},
+                               "sources": [dict(s) for s in self.sources], "fit": [dict(r) for r in self.fit]}
+        if self.excluded:
+            doc["excluded"] = [dict(r) for r in self.excluded]
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Any, where: str) -> "Calibration":
+        """Read and validate a document; every problem is one InputError line naming ``where``."""
+        if not isinstance(doc, dict):
+            raise InputError(f"{where}: not a {FORMAT} document (expected a JSON object)")
+        if doc.get("format") != FORMAT:
+            raise InputError(f"{where}: format is {doc.get('format')!r}, expected {FORMAT!r}")
+        if type(doc.get("version")) is not int or doc["version"] != VERSION:
+            raise InputError(f"{where}: {FORMAT} version {doc.get('version')!r} is not supported (expected {VERSION})")
+        parameters = doc.get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise InputError(f"{where}: 'parameters' must be an object")
+        _check_parameters(parameters, where)
+        topology = doc.get("topology")
+        if topology is not None and not isinstance(topology, str):
+            raise InputError(f"{where}: 'topology' must be a string")
+        lists = {}
+        for key in ("sources", "fit", "excluded"):
+            items = doc.get(key, [])
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise InputError(f"{where}: {key!r} must be a list of objects")
+            lists[key] = tuple(items)
+        return cls({k: float(v) for k, v in parameters.items()}, topology, **lists)
+
+
+def load_calibration(path: str | Path | None) -> Calibration:
+    """The calibration in ``path`` (None: the defaults)."""
+    if path is None:
+        return Calibration()
+    return Calibration.from_doc(read_json(path), str(path))
+
+
+def _check_parameters(parameters: Mapping[str, Any], where: str) -> None:
+    """Known names, finite positive numbers; efficiencies at most 1."""
+    for name, value in parameters.items():
+        if name not in DEFAULTS:
+            raise InputError(f"{where}: unknown parameter {name!r}; known: {', '.join(DEFAULTS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(f"{where}: parameter {name!r} must be a finite number, got {value!r}")
+        if value <= 0:
+            raise InputError(f"{where}: parameter {name!r} must be positive, got {value!r}")
+        if name in FRACTIONS and value > 1:
+            raise InputError(f"{where}: parameter {name!r} is a share of line rate, at most 1, got {value!r}")
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.6g}")

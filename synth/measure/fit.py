@@ -1,0 +1,100 @@
+"""Fit a calibration's parameters to measured runs.
+
+The fit minimises, over the parameters in log space, a robust (soft L1) sum of
+``log(model / measured)`` over every row, plus a pull of each parameter toward its value in the
+base calibration (``PRIOR_WEIGHT`` per parameter, in log units), so a term the rows do not
+determine stays where it was. Rows far off the rest (measured over model beyond ``FAR``
+after a first fit: slower than anything in the model explains) are left out, listed, and the
+fit is run again without them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from synth.measure.calibration import Calibration
+from synth.measure.runtime import Launch, Machine, nccl_time
+
+PRIOR_WEIGHT = 0.3
+FAR = 2.0
+ALWAYS = ("fill_us", "fill_bytes")
+MULTI = ("efficiency_net", "tree_channel_gbps")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run to fit or predict: where it came from, the machine, how it was launched, the
+    network transport, and its (size bytes, out-of-place time us) rows."""
+
+    source: str
+    collective: str
+    machine: Machine
+    launch: Launch
+    transport: str
+    rows: tuple[tuple[float, float], ...]
+
+
+def model_us(run: Measured, size: float, cal: Calibration) -> float:
+    """The modelled time of one row."""
+    return nccl_time(run.machine, run.collective, size, cal, run.launch, run.transport).time_us
+
+
+def fitted_names(runs: list[Measured]) -> tuple[str, ...]:
+    """The parameters these runs inform: the links' efficiency, latencies, channel and fill
+    terms, the launch cost of each launch mode present, and network terms for multi-machine runs."""
+    names = list(ALWAYS)
+    for run in runs:
+        names.append(f"efficiency_{run.machine.intra_kind}")
+        names.append("launch_thread_gpu_us" if run.launch.mode == "threads" else "launch_process_us")
+        if run.machine.machines > 1:
+            names.extend((*MULTI, f"network_hop_us_{run.transport}"))
+    return tuple(dict.fromkeys(names))
+
+
+def fit(runs: list[Measured], base: Calibration, topology: str | None = None,
+        names: tuple[str, ...] | None = None, prior: float = PRIOR_WEIGHT) -> Calibration:
+    """A calibration fitted to ``runs``, starting from (and pulled toward) ``base``; ``names``
+    (default: ``fitted_names``) are the parameters it may move."""
+    names = names or fitted_names(runs)
+    rows = [(run, size, took) for run in runs for size, took in run.rows if took > 0]
+    cal = _solve(rows, names, base, prior)
+    far = [(run, size, took) for run, size, took in rows if took / model_us(run, size, cal) > FAR]
+    if far and len(far) < len(rows):
+        kept = [row for row in rows if row not in far]
+        cal = _solve(kept, names, base, prior)
+    sources = tuple({"file": run.source, "rows": len(run.rows), "collective": run.collective,
+                     "launch": run.launch.mode, "gpus_per_thread": run.launch.gpus_per_thread,
+                     "ranks": run.machine.ranks, "machines": run.machine.machines,
+                     "transport": run.transport} for run in runs)
+    table = tuple(_fit_row(run, size, took, cal) for run, size, took in rows if (run, size, took) not in far)
+    excluded = tuple(_fit_row(run, size, took, cal) for run, size, took in far)
+    return Calibration(cal.parameters, topology, sources, table, excluded)
+
+
+def _solve(rows: list, names: tuple[str, ...], base: Calibration, prior: float) -> Calibration:
+    """Least squares over ``names`` (log space, soft L1 on the rows, a prior toward ``base``)."""
+    start = np.log([base.get(name) for name in names])
+    upper = np.array([0.0 if name.startswith("efficiency_") else np.inf for name in names])
+    lower = np.full(len(names), -np.inf)
+
+    def calibration(x: np.ndarray) -> Calibration:
+        return base.with_parameters(**{name: float(math.exp(v)) for name, v in zip(names, x)})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        cal = calibration(x)
+        fit = [math.log(model_us(run, size, cal) / took) for run, size, took in rows]
+        return np.concatenate([fit, prior * (x - start)])
+
+    solved = least_squares(residuals, np.minimum(start, upper - 1e-9), bounds=(lower, upper),
+                           loss="soft_l1", f_scale=0.1, x_scale=1.0, diff_step=1e-3)
+    return calibration(solved.x)
+
+
+def _fit_row(run: Measured, size: float, took: float, cal: Calibration) -> dict:
+    model = model_us(run, size, cal)
+    return {"file": run.source, "size_bytes": int(size), "measured_us": took,
+            "model_us": round(model, 3), "model_over_measured": round(model / took, 4)}

@@ -1,0 +1,199 @@
+"""The runtime model, calibration documents, the fit and doctor (tests that a wrong one fails)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from synth.cli.main import main
+from synth.core.errors import InputError
+from synth.core.library import resolve_topology
+from synth.measure import doctor
+from synth.measure.calibration import DEFAULTS, Calibration
+from synth.measure.fit import Measured, fit, model_us
+from synth.measure.runtime import Launch, describe, launch_us, nccl_options, nccl_time
+
+LOGS = Path(__file__).resolve().parents[3] / "shared" / "nccl-tests-logs"
+needs_logs = pytest.mark.skipif(not LOGS.is_dir(), reason="shared nccl-tests logs not present")
+
+
+def test_machine_description_reads_the_topology():
+    h100, pair = describe(resolve_topology("h100")), describe(resolve_topology("h100x2"))
+    assert (h100.ring_gbps, h100.gpu_gbps, h100.nic_gbps, h100.machines) == (450.0, 450.0, 0.0, 1)
+    assert (pair.ranks, pair.machines, pair.nic_gbps) == (16, 2, 400.0)
+    assert describe(resolve_topology("mi300x")).vendor == "rccl"
+
+
+def test_large_sizes_run_at_the_effective_rate():
+    """At 8 GiB the ring's time is S x 2(n-1)/n over bus bandwidth x efficiency, plus small terms."""
+    cal = Calibration()
+    size = 8 * 2**30
+    took = nccl_time(describe(resolve_topology("h100")), "allreduce", size, cal, Launch("processes")).time_us
+    ideal = size * 1.75 / (450 * cal.get("efficiency_nvlink") * 1e3)
+    assert ideal < took < ideal * 1.01
+
+
+def test_launch_is_a_floor_that_grows_with_the_gpus_a_thread_drives():
+    m, cal = describe(resolve_topology("a100")), Calibration()
+    one = nccl_time(m, "allreduce", 8, cal, Launch("processes")).time_us
+    eight = nccl_time(m, "allreduce", 8, cal, Launch("threads", 8)).time_us
+    assert eight == pytest.approx(8 * DEFAULTS["launch_thread_gpu_us"])
+    assert one < eight and launch_us(Launch("threads", 2), cal) < launch_us(Launch("threads", 8), cal)
+
+
+def test_protocols_trade_latency_for_bandwidth():
+    m, cal = describe(resolve_topology("h100")), Calibration()
+    small = nccl_time(m, "allreduce", 4096, cal, Launch("processes", 1))
+    large = nccl_time(m, "allreduce", 2**30, cal, Launch("processes", 1))
+    assert small.protocol == "ll" and large.protocol == "simple"
+    assert small.channels == 1 and large.channels == DEFAULTS["max_channels"]
+    algorithms = {o.algorithm for o in nccl_options(m, "allreduce", 2**20, cal, Launch("processes"))}
+    assert algorithms == {"ring", "tree"}
+    assert {o.algorithm for o in nccl_options(m, "allgather", 2**20, cal, Launch("processes"))} == {"ring"}
+
+
+def test_more_efficient_links_are_faster_and_time_grows_with_size():
+    m = describe(resolve_topology("dgx1"))
+    slow, fast = Calibration({"efficiency_nvlink": 0.5}), Calibration({"efficiency_nvlink": 0.9})
+    assert nccl_time(m, "allgather", 2**30, fast, Launch("processes")).time_us < \
+        nccl_time(m, "allgather", 2**30, slow, Launch("processes")).time_us
+    times = [nccl_time(m, "allreduce", 2**k, Calibration(), Launch("processes")).time_us for k in range(3, 34)]
+    assert all(b >= a - 1e-9 for a, b in zip(times, times[1:]))
+
+
+def test_network_transport_sets_the_small_size_latency_across_machines():
+    m, cal = describe(resolve_topology("h100x2")), Calibration()
+    ib, tcp = (nccl_time(m, "allreduce", 64, cal, Launch("processes"), t).time_us for t in ("ib", "tcp"))
+    assert tcp > ib
+
+
+def _synthetic(cal: Calibration) -> list[Measured]:
+    machine = describe(resolve_topology("a100"))
+    runs = []
+    for launch in (Launch("threads", 8), Launch("processes")):
+        run = Measured("synthetic", "allreduce", machine, launch, "ib", ())
+        rows = tuple((float(2**k), model_us(run, 2**k, cal)) for k in range(3, 33))
+        runs.append(Measured("synthetic", "allreduce", machine, launch, "ib", rows))
+    return runs
+
+
+def test_fit_recovers_the_terms_that_made_the_rows():
+    truth = Calibration({"efficiency_nvlink": 0.6, "launch_thread_gpu_us": 3.0, "fill_us": 80.0})
+    fitted = fit(_synthetic(truth), Calibration())
+    assert fitted.get("efficiency_nvlink") == pytest.approx(0.6, rel=0.03)
+    assert fitted.get("launch_thread_gpu_us") == pytest.approx(3.0, rel=0.05)
+    assert all(abs(math.log(r["model_over_measured"])) < 0.05 for r in fitted.fit)
+
+
+def test_fit_leaves_out_rows_far_slower_than_the_rest():
+    runs = _synthetic(Calibration())
+    bad = list(runs[1].rows)
+    bad[10] = (bad[10][0], bad[10][1] * 20)
+    runs[1] = Measured("synthetic", "allreduce", runs[1].machine, runs[1].launch, "ib", tuple(bad))
+    fitted = fit(runs, Calibration())
+    assert [r["size_bytes"] for r in fitted.excluded] == [int(bad[10][0])]
+    assert fitted.get("efficiency_nvlink") == pytest.approx(DEFAULTS["efficiency_nvlink"], rel=0.03)
+
+
+def test_calibration_document_round_trips():
+    cal = Calibration({"efficiency_nvlink": 0.7, "fill_us": 12.5}, "h100", ({"file": "x"},), ({"size_bytes": 8},))
+    back = Calibration.from_doc(json.loads(json.dumps(cal.to_doc())), "x.json")
+    assert back.values() == cal.values() and back.topology == "h100" and back.sources == cal.sources
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(DEFAULTS)),
+       value=st.one_of(st.floats(max_value=0.0), st.just(float("nan")), st.just(float("inf")),
+                       st.text(max_size=3), st.booleans(), st.none()))
+def test_bad_parameters_are_one_input_error(name, value):
+    with pytest.raises(InputError, match="x.json"):
+        Calibration.from_doc({"format": "synth.calibration", "version": 1, "parameters": {name: value}}, "x.json")
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"format": "synth.topology", "version": 1}, "format"),
+    ({"format": "synth.calibration", "version": 2}, "version"),
+    ({"format": "synth.calibration", "version": True}, "version"),
+    ({"format": "synth.calibration", "version": 1, "parameters": {"efficiency_nvlink": 1.5}}, "at most 1"),
+    ({"format": "synth.calibration", "version": 1, "parameters": {"warp_speed": 1}}, "unknown"),
+    ([], "object"),
+])
+def test_bad_documents_are_one_input_error(doc, words):
+    with pytest.raises(InputError, match=words):
+        Calibration.from_doc(doc, "x.json")
+
+
+@needs_logs
+def test_doctor_flags_the_unhealthy_two_dgx_h100_run():
+    from synth.cli.measure import measured_runs
+
+    class Args:
+        topology, ranks, transport = "h100x2", None, "ib"
+
+    run = measured_runs([str(LOGS / "h100-2node-16gpu-allreduce-2.txt")], Args)[0]
+    found = doctor.regions(doctor.rows(run, Calibration()), 2)
+    far = [r for r in found if r.verdict == "far slower" and r.first != r.last]
+    assert [(r.first, r.last) for r in far] == [(8192, 64 * 2**20)]
+    assert found[-1].verdict == "as expected" and found[-1].first == 512 * 2**20 and found[-1].last == 16 * 2**30
+    assert "single row" in found[0].cause  # the 8-byte row: 172.7 us among rows of 39-40
+
+
+@needs_logs
+def test_doctor_says_a_healthy_run_is_as_expected_at_large_sizes(capsys):
+    assert main(["doctor", str(LOGS / "h100-8gpu-allreduce-1.txt"), "--topology", "h100", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 31 and {"size_bytes", "measured_us", "expected_us", "choice", "bound_us"} <= set(doc["rows"][0])
+    assert doc["regions"][-1]["verdict"] == "as expected" and doc["regions"][-1]["last_bytes"] == 8 * 2**30
+    assert all(r["bound_us"] <= r["measured_us"] for r in doc["rows"])
+
+
+@needs_logs
+def test_calibrate_writes_a_document_that_predicts_its_run(tmp_path, capsys):
+    out = tmp_path / "a100.json"
+    logs = [str(LOGS / "a100-8gpu-allreduce-1.txt"), str(LOGS / "a100-8gpu-allreduce-2.txt")]
+    assert main(["calibrate", *logs, "--topology", "a100", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "synth.calibration" and len(doc["sources"]) == 2 and len(doc["fit"]) == 60
+    within = [r for r in doc["fit"] if 1 / 1.3 <= r["model_over_measured"] <= 1.3]
+    assert len(within) >= 48
+    assert main(["doctor", logs[1], "--topology", "a100", "--calibration", str(out)]) == 0
+
+
+@needs_logs
+@pytest.mark.parametrize("args, words", [
+    (["h100-8gpu-allreduce-1.txt", "--topology", "a100x2"], "16"),
+    (["h100-2node-16gpu-allreduce-1.txt", "--topology", "dgx2"], "machine"),
+    (["dgx2-v100-12gpu-allreduce-1.txt", "--topology", "dgx2"], "--ranks"),
+    (["dgx2-v100-12gpu-allreduce-1.txt", "--topology", "dgx2", "--ranks", "0-20"], "rank 16"),
+])
+def test_runs_that_do_not_fit_the_topology_are_refused(tmp_path, capsys, args, words):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(LOGS / args[0]), *args[1:], "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err and not out.exists()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "no nccl-tests data rows"),
+    ("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time\n"
+     "        1024           256     float     sum      -1    39.20    0.03\n", "line 2"),
+])
+def test_bad_logs_are_one_line_and_write_nothing(tmp_path, capsys, text, words):
+    log, out = tmp_path / "run.txt", tmp_path / "cal.json"
+    log.write_text(text)
+    assert main(["calibrate", str(log), "--topology", "h100", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err and not out.exists()
+
+
+def test_bad_calibration_file_is_refused_by_doctor(tmp_path, capsys):
+    log, cal = tmp_path / "run.txt", tmp_path / "cal.json"
+    log.write_text("#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                   "  8 2 float sum -1 20.0 0.00 0.00 0 20.0 0.00 0.00 0\n")
+    cal.write_text(json.dumps({"format": "synth.calibration", "version": 1, "parameters": {"fill_us": -1}}))
+    assert main(["doctor", str(log), "--topology", "h100", "--calibration", str(cal)]) == 2
+    assert "fill_us" in capsys.readouterr().err
