@@ -107,14 +107,16 @@ def healthy(run: Measured) -> tuple[Measured, list]:
     return dataclasses.replace(run, rows=kept), sorted(flagged)
 
 
-def nccl_own(spec: Spec, run: Measured, size: float) -> float:
+def nccl_setup_of(spec: Spec, run: Measured):
+    """NCCL's tuning-model setup for this run: its ranks and machines, one channel of the
+    machine's ring (or NIC) bandwidth."""
+    setup, _ = nccl_setup(resolve_topology(spec.topology), run.collective, 1)
+    gbps = run.machine.ring_gbps if run.machine.machines == 1 else min(run.machine.ring_gbps, run.machine.nic_gbps)
+    return dataclasses.replace(setup, ranks=run.machine.ranks, machines=run.machine.machines, channel_gbps=gbps)
+
+
+def nccl_own(setup, size: float) -> float:
     """NCCL's own tuning model's pick at this size (no launch cost)."""
-    topology = resolve_topology(spec.topology)
-    channels = 1
-    setup, _ = nccl_setup(topology, run.collective, channels)
-    setup = dataclasses.replace(setup, ranks=run.machine.ranks, machines=run.machine.machines,
-                                channels=1, channel_gbps=run.machine.ring_gbps if run.machine.machines == 1
-                                else min(run.machine.ring_gbps, run.machine.nic_gbps))
     return min(predicted_us(setup, algo, proto, size) for algo in ("ring", "tree") for proto in PROTOCOLS
                if applies(setup, algo, proto))
 
@@ -130,12 +132,13 @@ def evaluate(logs: Path) -> dict:
         cal = fit(siblings, held_out) if siblings else held_out
         flagged.extend({"run": run.source, "size_bytes": s} for s in dropped)
         ratios = {key: [] for key in MODELS}
+        setup = nccl_setup_of(spec, run)
         for size, took in run.rows:
             point = {"run": run.source, "size_bytes": size, "regime": regime(run.machine.machines, size),
                      "default": model_us(run, size, Calibration()) / took,
                      "held out": model_us(run, size, held_out) / took,
                      "calibrated": model_us(run, size, cal) / took,
-                     "nccl model": nccl_own(spec, run, size) / took, "calibrated_from_siblings": bool(siblings)}
+                     "nccl model": nccl_own(setup, size) / took, "calibrated_from_siblings": bool(siblings)}
             points.append(point)
             for key in ratios:
                 ratios[key].append(point[key])

@@ -62,16 +62,17 @@ def fit(runs: list[Measured], base: Calibration, topology: str | None = None,
     names = names or fitted_names(runs)
     rows = [(run, size, took) for run in runs for size, took in run.rows if took > 0]
     cal = _solve(rows, names, base, prior)
-    far = [(run, size, took) for run, size, took in rows if took / model_us(run, size, cal) > FAR]
-    if far and len(far) < len(rows):
-        kept = [row for row in rows if row not in far]
+    slow = {i for i, (run, size, took) in enumerate(rows) if took / model_us(run, size, cal) > FAR}
+    far = [row for i, row in enumerate(rows) if i in slow]
+    kept = [row for i, row in enumerate(rows) if i not in slow]
+    if far and kept:
         cal = _solve(kept, names, base, prior)
     sources = tuple({"file": run.source, "rows": len(run.rows), "collective": run.collective,
                      "launch": run.launch.mode, "gpus_per_thread": run.launch.gpus_per_thread,
                      "ranks": run.machine.ranks, "machines": run.machine.machines,
                      "transport": run.transport} for run in runs)
-    table = tuple(_fit_row(run, size, took, cal) for run, size, took in rows if (run, size, took) not in far)
-    excluded = tuple(_fit_row(run, size, took, cal) for run, size, took in far)
+    table = tuple(_fit_row(run, size, took, cal) for run, size, took in (kept if far and kept else rows))
+    excluded = tuple(_fit_row(run, size, took, cal) for run, size, took in far) if kept else ()
     return Calibration(cal.parameters, topology, sources, table, excluded)
 
 
