@@ -22,6 +22,10 @@ b bytes spends b / (bw * 1e3) us on a link.
   ``ll`` scale every link's alpha by NCCL's per-hop latency ratio for the link's kind and every
   link's and group's bandwidth by the protocol's payload share (``effective_link``), in both
   models, and add NCCL's base latency once per call. ``best`` takes the fastest per size.
+- Runtime terms (``RuntimeTerms``, made from a ``synth.calibration`` document): what a real
+  runtime pays on top of a protocol, the same for every schedule: link efficiency per kind,
+  a per-thread-block bandwidth cap, scaled latencies, network hops, Simple's pipeline fill and
+  the CPU's launch floor (docs/cost-model.md, "The runtime model").
 
 >>> from synth.core.collectives import allgather
 >>> from synth.core.schedule import Send, Step
@@ -43,7 +47,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule
@@ -130,42 +134,133 @@ def untyped_links(topology: Topology) -> int:
     return sum(1 for link in topology.links if link.kind is None)
 
 
+# ---------------------------------------------------------------------------- runtime terms
+@dataclass(frozen=True)
+class RuntimeTerms:
+    """What a real runtime pays on top of a protocol's model (``Calibration.terms`` makes one).
+
+    Under protocol P at a call of S bytes, with C = clamp(floor(S / channel_bytes[P]), 1,
+    max_channels) thread blocks on every link (the schedule runs with C instances, as NCCL spreads
+    a call over C channels):
+
+    - a link of kind K moves at min(bw x efficiency[K] x share(P), C x channel_gbps[P]);
+      a group at bw x efficiency[K] x share(P), K the kind its links share;
+    - a link's alpha is latency_scale x alpha x P's hop factor, plus ``net_hop_us`` on a
+      network link;
+    - the call adds latency_scale x P's base latency, and under Simple the pipeline fill
+      fill_us x min(1, S / fill_bytes);
+    - the call takes at least ``launch_us`` (calls queue behind the CPU).
+
+    Links without a kind take the efficiency of ``UNKNOWN_KIND_ROW``.
+    """
+
+    label: str
+    latency_scale: float
+    efficiency: Mapping[str, float]
+    net_hop_us: float
+    channel_gbps: Mapping[str, float]
+    channel_bytes: Mapping[str, float]
+    max_channels: int
+    fill_us: float
+    fill_bytes: float
+    launch_us: float
+
+    def channels(self, size_bytes: float, protocol: str) -> int:
+        """Thread blocks per link for a call of ``size_bytes`` under ``protocol``."""
+        wanted = math.floor(size_bytes / self.channel_bytes[protocol])
+        return int(min(max(1, wanted), self.max_channels))
+
+    def efficiency_of(self, kind: str | None) -> float:
+        """The share of line rate a link of ``kind`` reaches."""
+        return self.efficiency.get(kind or UNKNOWN_KIND_ROW, self.efficiency[UNKNOWN_KIND_ROW])
+
+    def call_us(self, proto: Protocol, size_bytes: float) -> float:
+        """What the call adds once: the scaled base latency and (Simple) the pipeline fill."""
+        fill = self.fill_us * min(1.0, size_bytes / self.fill_bytes) if proto.name == "simple" else 0.0
+        return self.latency_scale * proto.base_us + fill
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """Alpha and bandwidth of every link and group under one (protocol, terms, size)."""
+
+    alpha_factor: Mapping[str | None, float]
+    alpha_add: Mapping[str | None, float]
+    bandwidth_factor: Mapping[str | None, float]
+    link_cap: float
+
+    def alpha(self, alpha: float, kind: str | None) -> float:
+        return alpha * self.alpha_factor[kind] + self.alpha_add[kind]
+
+    def link_bandwidth(self, bandwidth: float, kind: str | None) -> float:
+        return min(bandwidth * self.bandwidth_factor[kind], self.link_cap)
+
+    def group_bandwidth(self, bandwidth: float, kind: str | None) -> float:
+        return bandwidth * self.bandwidth_factor[kind]
+
+
+_KINDS = (None, *LATENCY_ROW)
+
+
+def _rates(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float) -> _Rates:
+    """The protocol's factors, and with ``terms`` the runtime's (see ``RuntimeTerms``)."""
+    if terms is None:
+        return _Rates({k: proto.alpha_factor(k) for k in _KINDS}, dict.fromkeys(_KINDS, 0.0),
+                      dict.fromkeys(_KINDS, proto.bandwidth_factor), math.inf)
+    if proto.hop_column is None:
+        raise InputError("runtime terms apply to a runtime's protocols (simple, ll128, ll, best), not 'ideal'")
+    return _Rates({k: terms.latency_scale * proto.alpha_factor(k) for k in _KINDS},
+                  {k: terms.net_hop_us if k == "net" else 0.0 for k in _KINDS},
+                  {k: proto.bandwidth_factor * terms.efficiency_of(k) for k in _KINDS},
+                  terms.channels(size_bytes, proto.name) * terms.channel_gbps[proto.name])
+
+
+def _call_total(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float, steps_us: float) -> float:
+    """The call's time from its steps' sum: the protocol's base latency, and the runtime's terms."""
+    if terms is None:
+        return steps_us + proto.base_us
+    return max(terms.launch_us, steps_us + terms.call_us(proto, size_bytes))
+
+
 # ---------------------------------------------------------------------------- step model
 @dataclass(frozen=True)
 class StepLoads:
     """What the step model needs of a schedule, counted once and reused for every size and
     protocol: per step, the distinct (alpha, kind, chunks, bandwidth) of its links and the
-    distinct (chunks, bandwidth) of its groups."""
+    distinct (chunks, bandwidth, kind) of its groups."""
 
     buffer_chunks: int
     links: tuple[tuple[tuple[float, str | None, int, float], ...], ...]
-    groups: tuple[tuple[tuple[int, float], ...], ...]
+    groups: tuple[tuple[tuple[int, float, str | None], ...], ...]
 
-    def step_times_us(self, size_bytes: float, protocol: str | Protocol = "ideal") -> list[float]:
-        """Every step's duration (no base latency)."""
-        proto = protocol_of(protocol)
+    def step_times_us(self, size_bytes: float, protocol: str | Protocol = "ideal",
+                      terms: RuntimeTerms | None = None) -> list[float]:
+        """Every step's duration (no per-call latency)."""
+        rates = _rates(protocol_of(protocol), terms, size_bytes)
         b = size_bytes / self.buffer_chunks
-        bwf = proto.bandwidth_factor
-        factor = {kind: proto.alpha_factor(kind) for kind in (None, *LATENCY_ROW)}
         times = []
         for link_terms, group_terms in zip(self.links, self.groups):
             longest = 0.0
             for alpha, kind, count, bandwidth in link_terms:
-                longest = max(longest, alpha * factor[kind] + count * b / (bandwidth * bwf * 1e3))
-            for count, bandwidth in group_terms:
-                longest = max(longest, count * b / (bandwidth * bwf * 1e3))
+                longest = max(longest, rates.alpha(alpha, kind)
+                              + count * b / (rates.link_bandwidth(bandwidth, kind) * 1e3))
+            for count, bandwidth, kind in group_terms:
+                longest = max(longest, count * b / (rates.group_bandwidth(bandwidth, kind) * 1e3))
             times.append(longest)
         return times
 
-    def time_us(self, size_bytes: float, protocol: str | Protocol = "ideal") -> float:
-        """The schedule's time: the sum of its steps plus the protocol's base latency."""
-        return sum(self.step_times_us(size_bytes, protocol)) + protocol_of(protocol).base_us
+    def time_us(self, size_bytes: float, protocol: str | Protocol = "ideal",
+                terms: RuntimeTerms | None = None) -> float:
+        """The schedule's time: the sum of its steps plus the per-call terms (the protocol's base
+        latency; with ``terms`` also the pipeline fill and the launch floor)."""
+        proto = protocol_of(protocol)
+        return _call_total(proto, terms, size_bytes, sum(self.step_times_us(size_bytes, proto, terms)))
 
-    def best(self, size_bytes: float) -> tuple[str, float]:
+    def best(self, size_bytes: float, terms: RuntimeTerms | None = None) -> tuple[str, float]:
         """(name, time) of the fastest of ``RUNTIME_PROTOCOLS`` at this size."""
         found = None
         for name in RUNTIME_PROTOCOLS:
-            took = self.time_us(size_bytes, name)
+            took = self.time_us(size_bytes, name, terms)
             if found is None or took < found[1]:
                 found = (name, took)
         return found
@@ -174,7 +269,7 @@ class StepLoads:
 def step_loads(schedule: Schedule) -> StepLoads:
     """Count every step's chunks per link and per group once (InputError for a send on no link)."""
     topo = schedule.topology
-    group_bandwidth = {group.name: group.bandwidth for group in topo.groups}
+    group_terms = {group.name: (group.bandwidth, topo.group_kind(group)) for group in topo.groups}
     links, groups = [], []
     for index, step in enumerate(schedule.steps):
         per_link = Counter((s.src, s.dst) for s in step.sends)
@@ -186,7 +281,7 @@ def step_loads(schedule: Schedule) -> StepLoads:
             for group in topo.groups_of_link.get(key, ()):
                 per_group[group.name] += count
         links.append(tuple(terms))
-        groups.append(tuple({(count, group_bandwidth[name]): None for name, count in per_group.items()}))
+        groups.append(tuple({(count, *group_terms[name]): None for name, count in per_group.items()}))
     return StepLoads(schedule.collective.buffer_chunks, tuple(links), tuple(groups))
 
 
@@ -196,32 +291,34 @@ def step_times_us(schedule: Schedule, size_bytes: float, protocol: str | Protoco
     return step_loads(schedule).step_times_us(size_bytes, protocol)
 
 
-def step_time_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal") -> float:
+def step_time_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal",
+                 terms: RuntimeTerms | None = None) -> float:
     """The schedule's time in the contract cost model (sum of step durations), plus the
-    protocol's base latency once (0 for ``ideal``)."""
-    return step_loads(schedule).time_us(size_bytes, protocol)
+    protocol's base latency once (0 for ``ideal``); with ``terms``, the runtime's."""
+    return step_loads(schedule).time_us(size_bytes, protocol, terms)
 
 
-def best_protocol(schedule: Schedule, size_bytes: float) -> tuple[str, float]:
+def best_protocol(schedule: Schedule, size_bytes: float, terms: RuntimeTerms | None = None) -> tuple[str, float]:
     """(name, step_time_us) of the fastest of simple, ll128 and ll at ``size_bytes``."""
-    return step_loads(schedule).best(size_bytes)
+    return step_loads(schedule).best(size_bytes, terms)
 
 
 # ---------------------------------------------------------------------------- simulator
-def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal") -> float:
+def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal",
+                terms: RuntimeTerms | None = None) -> float:
     """Makespan of the event-driven simulation (see the module docstring); <= step_time_us.
 
-    Under ``protocol`` every link and group uses ``effective_link``'s alpha and bandwidth (the
-    same as the step model) and the protocol's base latency is added once.
+    Under ``protocol`` (and ``terms``) every link and group moves at the same alpha and
+    bandwidth as in the step model, and the same per-call terms are added once.
     """
     proto = protocol_of(protocol)
+    rates = _rates(proto, terms, size_bytes)
     topo, coll = schedule.topology, schedule.collective
     b = size_bytes / coll.buffer_chunks
-    bwf = proto.bandwidth_factor
     ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(coll.pre) for r in pre}
     link_free: dict[tuple[int, int], float] = {}
     group_free: dict[str, float] = {}
-    group_time = {g.name: b / (g.bandwidth * bwf * 1e3) for g in topo.groups}
+    group_time = {g.name: b / (rates.group_bandwidth(g.bandwidth, topo.group_kind(g)) * 1e3) for g in topo.groups}
     # key -> (alpha, time on the link, names of its groups), filled as links are first used
     link_cost: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
     makespan = 0.0
@@ -231,8 +328,9 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
             key = (send.src, send.dst)
             cost = link_cost.get(key)
             if cost is None:
-                alpha, bandwidth = effective_link(_link(schedule, index, key), proto)
-                cost = link_cost[key] = (alpha, b / (bandwidth * 1e3),
+                link = _link(schedule, index, key)
+                cost = link_cost[key] = (rates.alpha(link.alpha, link.kind),
+                                         b / (rates.link_bandwidth(link.bandwidth, link.kind) * 1e3),
                                          tuple(g.name for g in topo.groups_of_link.get(key, ())))
             start = ready.get((send.src, send.chunk))
             if start is None:
@@ -250,7 +348,7 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
             landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
             makespan = max(makespan, arrival)
         land(ready, landed, coll.combining)
-    return makespan + proto.base_us
+    return _call_total(proto, terms, size_bytes, makespan)
 
 
 def land(ready: dict, landed: dict, combining: bool) -> None:
@@ -289,10 +387,12 @@ def busbw_gbps(size_bytes: float, time_us: float, factor: Any) -> float:
 
 
 def cost_rows(
-    schedule: Schedule, sizes: Iterable[int], bounds: Any = None, protocol: str | Protocol = "ideal"
+    schedule: Schedule, sizes: Iterable[int], bounds: Any = None, protocol: str | Protocol = "ideal",
+    terms: RuntimeTerms | None = None,
 ) -> list[dict[str, Any]]:
     """One row per size: step-model and simulated times, algbw/busbw, fraction of the bound,
-    and the protocol (for ``best``: the one picked at that size). Times are under the protocol.
+    and the protocol (for ``best``: the one picked at that size). Times are under the protocol
+    (and the runtime ``terms``; then ``channels`` says how many thread blocks per link they assume).
 
     ``bounds`` is a ``synth.bounds.lower_bounds.Bounds`` (anything with ``time_us(size)``) or None.
     """
@@ -301,17 +401,19 @@ def cost_rows(
     fixed = None if best else protocol_of(protocol)
     rows = []
     for size in sizes:
-        name, step = loads.best(size) if best else (fixed.name, loads.time_us(size, fixed))
+        name, step = loads.best(size, terms) if best else (fixed.name, loads.time_us(size, fixed, terms))
         row: dict[str, Any] = {
             "size": size,
             "protocol": name,
             "step_time_us": step,
-            "sim_time_us": simulate_us(schedule, size, fixed or name),
+            "sim_time_us": simulate_us(schedule, size, fixed or name, terms),
             "algbw_gbps": algbw_gbps(size, step),
             "busbw_gbps": busbw_gbps(size, step, schedule.collective),
             "bound_time_us": None,
             "bound_fraction": None,
         }
+        if terms is not None:
+            row["channels"] = terms.channels(size, name)
         if bounds is not None:
             limit = bounds.time_us(size)
             row["bound_time_us"] = limit

@@ -61,8 +61,9 @@ def options(topology: Topology, collective: str, root: int | None, size: float) 
 
 
 def build(topology: Topology, collective_name: str, root: int | None, chunks: int | None,
-          size: float | None = None) -> Schedule:
-    """The fastest NCCL option at ``size`` (1 GiB when None), at its best protocol; see the module."""
+          size: float | None = None, terms=None) -> Schedule:
+    """The fastest NCCL option at ``size`` (1 GiB when None), at its best protocol (under the
+    runtime ``terms`` when given); see the module."""
     from synth.cost import best_protocol
 
     kind = collective_name.partition(":")[0]
@@ -73,7 +74,7 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     at = DEFAULT_SIZE if size is None else size
     costed = []
     for name, schedule in options(topology, collective_name, root, at):
-        protocol, took = best_protocol(schedule, at)
+        protocol, took = best_protocol(schedule, at, terms)
         costed.append((took, name, protocol, schedule))
     if not costed:
         raise BaselineNotApplicable(f"nccl: none of {', '.join(OPTIONS[kind])} applies to {collective_name} "
@@ -81,7 +82,7 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     took, name, protocol, schedule = min(costed, key=lambda item: (item[0], item[1]))
     meta: dict[str, Any] = {
         "algorithm": "nccl", "nccl_algorithm": name, "protocol": protocol, "size": at,
-        "time_us": took,
+        "time_us": took, **({} if terms is None else {"calibration": terms.label}),
         "options": [{"algorithm": n, "protocol": p, "time_us": t} for t, n, p, _ in sorted(costed, key=lambda c: c[1])],
     }
     meta.update(_tuning(topology, kind, name, protocol, costed, at))
@@ -136,6 +137,7 @@ NCCL = Baseline(
     build=build,
     description="the fastest NCCL option at the size (ring/tree/PAT/p2p x Simple/LL128/LL) in our cost model",
     sized=True,
+    costed=True,
 )
 
 BASELINES: tuple[Baseline, ...] = (NCCL,)

@@ -52,3 +52,18 @@ def add_problem(p: argparse.ArgumentParser) -> None:
 def add_coll_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
     p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
+
+
+CALIBRATION_HELP = ("cost under a runtime's terms: a synth.calibration file (synth calibrate), or 'default' for the "
+                    "built-in parameters fitted to the shared nccl-tests runs (docs/cost-model.md)")
+
+
+def add_calibration_option(p: argparse.ArgumentParser, help_text: str = CALIBRATION_HELP) -> None:
+    p.add_argument("--calibration", metavar="CAL", help=help_text)
+
+
+def terms_of(args):
+    """The RuntimeTerms of ``--calibration`` (None without it: the contract model)."""
+    from synth.measure.calibration import load_terms
+
+    return load_terms(getattr(args, "calibration", None))

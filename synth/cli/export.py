@@ -61,7 +61,12 @@ def add_export_parser(sub) -> None:
     channels.add_argument("--channel-policy", choices=CHANNEL_POLICIES,
                           help="one: channel 0; link: as many as the link's capacity (default); "
                                "max: up to 8 per pair")
-    p.add_argument("--instances", type=int, default=1, help="replicate the program K times (default 1)")
+    p.add_argument("--instances", type=int, help="replicate the program K times (default 1; with --calibration: "
+                                                 "as many as the model's thread blocks per link at --size)")
+    p.add_argument("--calibration", metavar="CAL",
+                   help="choose the protocol and instances the runtime model finds fastest at --size (a "
+                        "synth.calibration file, or 'default'); what --protocol/--instances give is kept")
+    p.add_argument("--size", help="with --calibration: the call size to choose for (default: --max-bytes, else 1G)")
     p.add_argument("--min-bytes", help="smallest call size it is selected for (bytes, K/M/G; default 0)")
     p.add_argument("--max-bytes", help="largest call size it is selected for, inclusive (default: unbounded)")
     p.add_argument("--inplace", action="store_true", help="the in-place variant (default: out of place)")
@@ -97,7 +102,7 @@ def _options(args, runtime: str | None):
     return LoweringOptions(
         runtime=runtime, protocol=args.protocol or DEFAULT_PROTOCOL,
         channel_policy="max" if args.channels is not None else (args.channel_policy or "link"),
-        channels=args.channels, instances=args.instances, inplace=args.inplace,
+        channels=args.channels, instances=args.instances or 1, inplace=args.inplace,
         max_threadblocks=args.max_threadblocks, min_bytes=_size(args.min_bytes, 0, "--min-bytes"),
         max_bytes=_size(args.max_bytes, None, "--max-bytes"), name=args.name)
 
@@ -127,11 +132,49 @@ def cmd_export(args) -> int:
     if is_selection(doc):
         return _export_selection(args, doc, options)
     schedule = schedule_from_doc(doc, args.schedule)
+    if args.calibration is not None:
+        options = _calibrated(args, schedule, options)
+    elif args.size is not None:
+        raise InputError("--size applies with --calibration (it names the size to choose the protocol for)")
     text, program = export_schedule(schedule, args.format, options)
     print(footprint(program) + (f" ({runtime})" if runtime else ""), file=sys.stderr)
     write_text_atomic(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _calibrated(args, schedule, options):
+    """``options`` with the protocol and instances fastest under the calibration at the size
+    (those the user gave are kept); one stderr line says what was chosen and why."""
+    from dataclasses import replace
+
+    from synth.cost import best_protocol, format_size, parse_size, step_time_us
+    from synth.lower.lowering import lower
+    from synth.measure.calibration import load_terms
+    from synth.program.ir import msccl_protocol
+
+    terms = load_terms(args.calibration)
+    size = parse_size(args.size) if args.size is not None else (options.max_bytes or 1 << 30)
+    if args.protocol is None:
+        name, took = best_protocol(schedule, size, terms)
+    else:
+        name = {"Simple": "simple", "LL128": "ll128", "LL": "ll"}[args.protocol]
+        took = step_time_us(schedule, size, name, terms)
+    options = replace(options, protocol=msccl_protocol(name))
+    wanted = terms.channels(size, name)
+    if args.instances is None:
+        per_instance = lower(schedule, replace(options, instances=1)).channels
+        instances = max(1, wanted // max(1, per_instance))
+        while instances > 1:
+            try:
+                lower(schedule, replace(options, instances=instances))
+                break
+            except InputError:
+                instances //= 2
+        options = replace(options, instances=instances)
+    print(f"calibration {terms.label} at {format_size(size)}: {options.protocol}, {options.instances} instance(s) "
+          f"(the model costs {wanted} thread blocks per link there: {took:.1f} us)", file=sys.stderr)
+    return options
 
 
 def _export_selection(args, doc, options) -> int:
@@ -140,7 +183,8 @@ def _export_selection(args, doc, options) -> int:
     from synth.exporters import selection as sel
 
     given = [flag for flag, value in (("--protocol", args.protocol), ("--min-bytes", args.min_bytes),
-                                      ("--max-bytes", args.max_bytes), ("--name", args.name)) if value is not None]
+                                      ("--max-bytes", args.max_bytes), ("--name", args.name),
+                                      ("--calibration", args.calibration), ("--size", args.size)) if value is not None]
     if given:
         raise InputError(f"{args.schedule}: {given[0]} does not apply to a selection: each range sets its protocol, "
                          "bytes and name")

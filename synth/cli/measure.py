@@ -25,6 +25,8 @@ def add_measure_parsers(sub) -> None:
     p.add_argument("log", metavar="LOG")
     _machine_options(p)
     p.add_argument("--calibration", help="a synth.calibration file (default: the default parameters)")
+    p.add_argument("--schedules", metavar="DIR", help="also cost the synth.schedule files in DIR (e.g. a report's "
+                                                      "schedules/ folder) beside the classic algorithms")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor)
 
@@ -105,7 +107,7 @@ def cmd_doctor(args) -> int:
     docs = []
     for run in runs:
         bounds = lower_bounds(topology, make_collective(run.collective, topology.ranks))
-        table = doctor.rows(run, cal, bounds.time_us)
+        table = doctor.rows(run, cal, bounds.time_us, alternatives(topology, run.collective, args.schedules))
         found = doctor.regions(table, run.machine.machines)
         docs.append({"run": run.source, "collective": run.collective, "launch": run.launch.mode,
                      "rows": [_row_doc(r) for r in table], "regions": [_region_doc(r) for r in found]})
@@ -117,16 +119,46 @@ def cmd_doctor(args) -> int:
     return 0
 
 
+def alternatives(topology, collective: str, folder: str | None) -> list:
+    """(label, StepLoads) of every classic algorithm that builds ``collective`` on ``topology``, and
+    of every schedule file in ``folder`` for that collective and rank count (others are skipped;
+    a file comes first, so it wins a tie)."""
+    from pathlib import Path
+
+    from synth.baselines import BaselineNotApplicable, registry
+    from synth.core.io import load_schedule
+    from synth.cost import step_loads
+
+    out = []
+    if folder is not None:  # first: a file ties with a classic algorithm as its name
+        where = Path(folder)
+        if not where.is_dir():
+            raise InputError(f"--schedules {folder}: not a folder")
+        for path in sorted(where.glob("*.json")):
+            schedule = load_schedule(path)
+            if schedule.collective.name == collective and schedule.topology.ranks == topology.ranks:
+                out.append((path.name, step_loads(schedule)))
+    for name, entry in sorted(registry().items()):
+        if collective in entry.collectives and name != "nccl":
+            try:
+                out.append((name, step_loads(entry.make(topology, collective))))
+            except (BaselineNotApplicable, InputError):
+                continue
+    return out
+
+
 def _print_run(run, table, found, format_size) -> None:
     print(f"{run.source}: {run.collective} on {run.machine.name} ({run.machine.ranks} ranks, "
           f"{run.machine.machines} machine(s), {run.launch.mode}, {run.transport})")
     print(f"{'size':>8} {'measured us':>12} {'expected us':>12} {'NCCL choice':>22} {'bound us':>10} "
-          f"{'meas/exp':>9}  verdict")
+          f"{'meas/exp':>9}  {'verdict':<12} fastest schedule in the model")
     for r in table:
         choice = f"{r.choice.algorithm}/{r.choice.protocol}/{r.choice.channels}ch"
         bound = f"{r.bound_us:10.2f}" if r.bound_us is not None else f"{'-':>10}"
+        alt = "-" if r.alternative is None else \
+            f"{r.alternative.label} {r.alternative.protocol} {r.alternative.time_us:.2f} us"
         print(f"{format_size(r.size_bytes):>8} {r.measured_us:12.2f} {r.expected_us:12.2f} {choice:>22} {bound} "
-              f"{r.ratio:9.2f}  {r.verdict}")
+              f"{r.ratio:9.2f}  {r.verdict:<12} {alt}")
     for region in found:
         print(region.line())
 
@@ -135,7 +167,10 @@ def _row_doc(r) -> dict:
     return {"size_bytes": r.size_bytes, "measured_us": r.measured_us, "expected_us": round(r.expected_us, 3),
             "choice": {"algorithm": r.choice.algorithm, "protocol": r.choice.protocol, "channels": r.choice.channels},
             "bound_us": None if r.bound_us is None else round(r.bound_us, 3),
-            "measured_over_expected": round(r.ratio, 4), "verdict": r.verdict}
+            "measured_over_expected": round(r.ratio, 4), "verdict": r.verdict,
+            "fastest_schedule": None if r.alternative is None else {
+                "label": r.alternative.label, "protocol": r.alternative.protocol,
+                "time_us": round(r.alternative.time_us, 3)}}
 
 
 def _region_doc(r) -> dict:

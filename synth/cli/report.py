@@ -15,6 +15,9 @@ def add_report_parser(sub) -> None:
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"A..B (powers of two) or a comma list (default {DEFAULT_SIZES})")
     p.add_argument("--from", dest="from_dir", help="read the frontier from a 'synth pareto -o DIR' folder instead")
     p.add_argument("--time-limit", type=float, default=120.0, help="seconds per solver call (default 120)")
+    p.add_argument("--calibration", default="default", metavar="CAL",
+                   help="cost under this synth.calibration file's runtime terms; 'default': the built-in terms "
+                        "(the default); 'none': the contract model with protocol factors only")
     p.add_argument("--all", action="store_true", help="regenerate every committed report under results/")
     p.add_argument("--force", action="store_true", help="with --all: redo reports that are already there")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -30,7 +33,11 @@ def add_report_parser(sub) -> None:
 
 def cmd_report(args) -> int:
     from synth.core.errors import InputError
-    from synth.report.runner import report, report_all
+    from synth.measure.calibration import load_calibration
+    from synth.report.runner import CONTRACT, report, report_all
+
+    if args.calibration != CONTRACT:
+        load_calibration(args.calibration)  # a bad file is one line before any synthesis
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -41,7 +48,8 @@ def cmd_report(args) -> int:
         if args.jobs < 1:
             raise InputError(f"--jobs must be at least 1, got {args.jobs}")
         path, failed = report_all(args.output or "results", args.force, args.time_limit, say, jobs=args.jobs,
-                                  job_timeout=args.job_timeout, sizes=args.sizes, ray=args.ray)
+                                  job_timeout=args.job_timeout, sizes=args.sizes, ray=args.ray,
+                                  calibration=args.calibration)
         print(f"wrote {path}", file=sys.stderr)
         if failed:
             print(f"synth: error: {len(failed)} report(s) failed: " + "; ".join(failed), file=sys.stderr)
@@ -54,7 +62,8 @@ def cmd_report(args) -> int:
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")
     out = args.output or f"results/{args.topology}/{args.collective}"
-    doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say, jobs=args.jobs)
+    doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say, jobs=args.jobs,
+                 calibration=args.calibration)
     for w in doc["fastest"]:
         versus = []
         if w.get("nccl_speedup") is not None:

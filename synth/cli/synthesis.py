@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from synth.cli.common import add_problem, progress, topology_of, write_or_print
+from synth.cli.common import add_calibration_option, add_problem, progress, terms_of, topology_of, write_or_print
 from synth.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError
 
 def add_synthesis_parsers(sub) -> None:
@@ -15,7 +15,8 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--backend", choices=("smt", "milp", "greedy"), default="smt",
                    help="smt: exact instance (needs --steps); milp: sketch-guided router for big "
                         "multi-machine topologies; greedy: one round per step, many chunks")
-    p.add_argument("--size", help="milp/greedy: size S to optimise and report at (default: the sketch's, 1G)")
+    p.add_argument("--size", help="milp/greedy: size S to optimise and report at (default: the sketch's, 1G); "
+                                  "smt: the size --calibration reports at (default 1G)")
     p.add_argument("--sketch", help="milp: a synth.sketch v1 file (default: derived, see 'synth sketch show')")
     p.add_argument("--solver", choices=("highs", "cbc"), help="milp: MILP/LP solver (default highs)")
     p.add_argument("--gap", type=float, help="milp: relative MIP gap to stop at (default: prove optimality)")
@@ -23,6 +24,8 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--steps", type=int)
     p.add_argument("--rounds", type=int, help="total rounds (default: = steps)")
     p.add_argument("--chunks", type=int, help="chunks per rank (default 1; milp: the sketch's chunk_up)")
+    add_calibration_option(p, "also report the schedule's time under a runtime's terms at --size (a "
+                              "synth.calibration file, or 'default'); the search itself uses the contract model")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_solve)
 
@@ -64,6 +67,7 @@ def _report_unsolved(result, what: str) -> int:
 
 
 def cmd_solve(args) -> int:
+    terms_of(args)  # a bad calibration is one line before any search
     if args.backend == "greedy":
         return _solve_greedy(args)
     if args.backend == "milp":
@@ -82,8 +86,25 @@ def cmd_solve(args) -> int:
                             args.time_limit, progress)
     if result.schedule is None:
         return _report_unsolved(result, what)
+    _runtime_line(args, result.schedule)
     write_or_print(result.schedule.to_dict(), args.output)
     return 0
+
+
+def _runtime_line(args, schedule, size: int | None = None) -> None:
+    """With --calibration: one progress line, the schedule's time under the runtime's terms at the
+    size (--size, else ``size``, else 1G) and its share of the runtime bound there."""
+    from synth.bounds.runtime import runtime_bounds
+    from synth.cost import best_protocol, format_size, parse_size
+
+    terms = terms_of(args)
+    if terms is None:
+        return
+    at = parse_size(args.size) if args.size is not None else (size or 1 << 30)
+    protocol, took = best_protocol(schedule, at, terms)
+    bound = runtime_bounds(schedule.topology, schedule.collective, terms).time_us(at)
+    progress(f"under calibration {terms.label} at {format_size(at)}: {took:.1f} us ({protocol}, "
+             f"{terms.channels(at, protocol)} instances) = {100 * bound / took:.1f}% of the runtime bound {bound:.1f} us")
 
 
 def _reject_milp_options(args) -> None:
@@ -134,6 +155,7 @@ def _solve_milp(args) -> int:
     progress(f"{topo.name} {args.collective} milp: {len(result.schedule.steps)} steps, {seconds:.1f} s; at "
               f"{format_size(result.size)}: {result.time_us:.1f} us = {result.percent_of_bound:.1f}% of the bound "
               f"{result.bound_us:.1f} us (event simulation {result.simulated_us:.1f} us){flag}")
+    _runtime_line(args, result.schedule, result.size)
     write_or_print(result.schedule.with_meta(solve_seconds=round(seconds, 3)).to_dict(), args.output)
     return 0
 
@@ -159,6 +181,7 @@ def _solve_greedy(args) -> int:
     took = step_time_us(schedule, size)
     progress(f"{topo.name} {args.collective} greedy (C={args.chunks}): {len(schedule.steps)} steps, "
               f"{seconds:.2f}s; at {format_size(size)}: {took:.1f} us, {100 * bound / took:.1f}% of the bound")
+    _runtime_line(args, schedule, size)
     write_or_print(schedule.with_meta(solve_seconds=round(seconds, 4)).to_dict(), args.output)
     return 0
 

@@ -181,7 +181,8 @@ class Resources:
     rows, so no group image is ever computed).
 
     ``of_orbit[o]``: (resource, multiplicity) pairs a representative send on a link of orbit o
-    loads; ``alpha``/``bandwidth``/``kind``/``capacity`` per resource (groups: alpha 0, kind None).
+    loads; ``alpha``/``bandwidth``/``kind``/``capacity`` per resource (groups: alpha 0, the kind
+    their links share, else None).
     """
 
     link_id: np.ndarray      # [n*n]: link index of src*n+dst, -1 where none
@@ -220,7 +221,7 @@ class Resources:
                 alpha.append(0.0)
                 bandwidth.append(group.bandwidth)
                 capacity.append(topology.group_capacity(group) if whole else np.nan)
-                kind.append(None)
+                kind.append(topology.group_kind(group))
                 for o, k in zip(present.tolist(), counts.tolist()):
                     of_orbit[o][number] = int(k)
         return cls(link_id, orbits, tuple(tuple(sorted(d.items())) for d in of_orbit),

@@ -211,6 +211,11 @@ class Topology:
             return link.capacity
         return _whole(link.bandwidth / self.min_link_bandwidth)
 
+    def group_kind(self, group: Group) -> str | None:
+        """The kind every link of ``group`` has (None when they differ or have none)."""
+        kinds = {link.kind for key in group.links if (link := self.link(*key)) is not None}
+        return kinds.pop() if len(kinds) == 1 else None
+
     def group_capacity(self, group: Group) -> int | None:
         """Chunks per round through a group; None when not a whole number."""
         if group.capacity is not None:

@@ -7,7 +7,7 @@ everywhere: us, GB/s, bytes.
 
 A document::
 
-    {"format": "synth.calibration", "version": 1, "topology": "h100",
+    {"format": "synth.calibration", "version": 1, "topology": "h100", "transport": "ib",
      "parameters": {"efficiency_nvlink": 0.81, ...},      # any subset; the rest take DEFAULTS
      "sources": [{"file": ..., "rows": 31, "collective": "allreduce", "launch": "threads"}],
      "fit": [{"file": ..., "size_bytes": 1048576, "measured_us": 46.5, "model_us": 44.0}, ...]}
@@ -21,16 +21,19 @@ A document::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from synth.core.errors import InputError
 from synth.core.io import read_json
+from synth.core.topology import LINK_KINDS
+from synth.cost import RUNTIME_PROTOCOLS, RuntimeTerms
 
 FORMAT = "synth.calibration"
 VERSION = 1
 TRANSPORTS = ("ib", "roce", "tcp")
+DEFAULT_NAME = "default"  # --calibration default: the DEFAULTS below
 
 DEFAULTS: Mapping[str, float] = {
     # CPU cost of one call: the measured time never goes below it (calls queue behind it)
@@ -75,6 +78,7 @@ class Calibration:
     sources: tuple[Mapping[str, Any], ...] = ()
     fit: tuple[Mapping[str, Any], ...] = ()
     excluded: tuple[Mapping[str, Any], ...] = ()
+    transport: str = "ib"
 
     def get(self, name: str) -> float:
         """The value of ``name``: this calibration's, else the default."""
@@ -89,11 +93,24 @@ class Calibration:
         merged = dict(self.parameters)
         merged.update(values)
         _check_parameters(merged, "calibration")
-        return Calibration(merged, self.topology, self.sources, self.fit, self.excluded)
+        return replace(self, parameters=merged)
+
+    def terms(self, label: str = "default") -> RuntimeTerms:
+        """The runtime terms every schedule pays under this calibration (``synth.cost``): the
+        launch floor of one process per GPU, network hops over this calibration's transport."""
+        return RuntimeTerms(
+            label=label, latency_scale=self.get("latency_scale"),
+            efficiency={kind: self.get(f"efficiency_{kind}") for kind in LINK_KINDS},
+            net_hop_us=self.get(f"network_hop_us_{self.transport}"),
+            channel_gbps={p: self.get(f"channel_gbps_{p}") for p in RUNTIME_PROTOCOLS},
+            channel_bytes={p: self.get(f"channel_bytes_{p}") for p in RUNTIME_PROTOCOLS},
+            max_channels=int(self.get("max_channels")), fill_us=self.get("fill_us"),
+            fill_bytes=self.get("fill_bytes"), launch_us=self.get("launch_process_us"))
 
     def to_doc(self) -> dict[str, Any]:
         """The ``synth.calibration`` v1 document."""
         doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "topology": self.topology,
+                               "transport": self.transport,
                                "parameters": {k: _rounded(v) for k, v in sorted(self.parameters.items())},
                                "sources": [dict(s) for s in self.sources], "fit": [dict(r) for r in self.fit]}
         if self.excluded:
@@ -116,20 +133,31 @@ class Calibration:
         topology = doc.get("topology")
         if topology is not None and not isinstance(topology, str):
             raise InputError(f"{where}: 'topology' must be a string")
+        transport = doc.get("transport", "ib")
+        if transport not in TRANSPORTS:
+            raise InputError(f"{where}: 'transport' is {transport!r}; known: {', '.join(TRANSPORTS)}")
         lists = {}
         for key in ("sources", "fit", "excluded"):
             items = doc.get(key, [])
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                 raise InputError(f"{where}: {key!r} must be a list of objects")
             lists[key] = tuple(items)
-        return cls({k: float(v) for k, v in parameters.items()}, topology, **lists)
+        return cls({k: float(v) for k, v in parameters.items()}, topology, **lists, transport=transport)
 
 
 def load_calibration(path: str | Path | None) -> Calibration:
-    """The calibration in ``path`` (None: the defaults)."""
-    if path is None:
+    """The calibration in ``path`` (None or ``default``: the defaults)."""
+    if path is None or str(path) == DEFAULT_NAME:
         return Calibration()
     return Calibration.from_doc(read_json(path), str(path))
+
+
+def load_terms(path: str | Path | None) -> RuntimeTerms | None:
+    """The runtime terms of the calibration in ``path`` (``default``: DEFAULTS'; None: none, the
+    contract model)."""
+    if path is None:
+        return None
+    return load_calibration(path).terms("default" if str(path) == DEFAULT_NAME else str(path))
 
 
 def _check_parameters(parameters: Mapping[str, Any], where: str) -> None:

@@ -10,12 +10,12 @@ the most likely cause for where it lies (latency-bound, mid or bandwidth-bound s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from synth.cost import format_size
 from synth.measure.calibration import Calibration
 from synth.measure.fit import Measured
-from synth.measure.runtime import Choice, nccl_time
+from synth.measure.runtime import Choice, launch_us, nccl_time
 
 SLOW = 1.5
 FAR = 3.0
@@ -24,14 +24,25 @@ BANDWIDTH_BOUND = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """The fastest schedule at one size under the same calibration: its label, protocol and time."""
+
+    label: str
+    protocol: str
+    time_us: float
+
+
+@dataclass(frozen=True)
 class Row:
-    """One size: measured, expected (NCCL's best option in the model) and the lower bound, us."""
+    """One size: measured, expected (NCCL's best option in the model) and the lower bound, us;
+    and the fastest classic or synthesized schedule there, when any were given."""
 
     size_bytes: int
     measured_us: float
     expected_us: float
     choice: Choice
     bound_us: float | None
+    alternative: Alternative | None = None
 
     @property
     def ratio(self) -> float:
@@ -67,13 +78,27 @@ class Region:
         return f"{span}: {self.verdict} than expected ({self.ratio:.2f}x); {self.cause}"
 
 
-def rows(run: Measured, cal: Calibration, bound=None) -> list[Row]:
-    """Every measured size with its expectation; ``bound(size)`` gives the lower bound (us)."""
+def rows(run: Measured, cal: Calibration, bound=None, schedules=()) -> list[Row]:
+    """Every measured size with its expectation; ``bound(size)`` gives the lower bound (us);
+    ``schedules`` are (label, StepLoads) pairs costed under the calibration's terms with the
+    run's launch floor."""
+    terms = replace(cal.terms(), launch_us=launch_us(run.launch, cal))
     out = []
     for size, took in run.rows:
         choice = nccl_time(run.machine, run.collective, size, cal, run.launch, run.transport)
-        out.append(Row(int(size), took, choice.time_us, choice, bound(size) if bound else None))
+        out.append(Row(int(size), took, choice.time_us, choice, bound(size) if bound else None,
+                       fastest(schedules, size, terms)))
     return out
+
+
+def fastest(schedules, size: float, terms) -> Alternative | None:
+    """The fastest of (label, StepLoads) pairs at ``size`` under ``terms`` (None when there are none)."""
+    best = None
+    for label, loads in schedules:
+        protocol, took = loads.best(size, terms)
+        if best is None or took < best.time_us:
+            best = Alternative(label, protocol, took)
+    return best
 
 
 def regions(table: list[Row], machines: int = 1) -> list[Region]:

@@ -44,7 +44,7 @@ def step_loads(quotient: Quotient, rep: Schedule) -> StepLoads:
         for r, k in zip(list(used), list(counts)):
             k = int(k)
             if res.is_group[r]:
-                group_terms[(k, float(res.bandwidth[r]))] = None
+                group_terms[(k, float(res.bandwidth[r]), res.kind[r])] = None
             else:
                 link_terms[(float(res.alpha[r]), res.kind[r], k, float(res.bandwidth[r]))] = None
         links.append(tuple(link_terms))

@@ -1,7 +1,12 @@
 """Every candidate over a size grid in both cost models, each at its best protocol per size (the
-numbers ``synth cost --protocol best`` prints), the bound at each size, and the fastest schedule
-per size range with its speedup over what NCCL runs (the ``nccl`` baseline: the fastest of the
-NCCL candidates at that size) and over the best baseline of any kind.
+numbers ``synth cost --protocol best [--calibration CAL]`` prints), the bound at each size, and
+the fastest schedule per size range with its speedup over what NCCL runs and over the best
+baseline of any kind.
+
+Under runtime terms (a calibration), NCCL's time at a size is the lower of its schedules under
+the same terms as ours (the ``nccl`` candidates) and the runtime model of what NCCL takes
+(``synth.measure.runtime``, checked against measured runs): a speedup that either model of NCCL
+denies is not claimed.
 
 >>> size_grid("1K..8K")
 [1024, 2048, 4096, 8192]
@@ -14,7 +19,7 @@ from typing import Any
 
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import make_collective
-from synth.cost import busbw_gbps, cost_rows, parse_size, parse_sizes
+from synth.cost import RuntimeTerms, busbw_gbps, cost_rows, parse_size, parse_sizes
 from synth.core.errors import InputError
 from synth.report.candidates import Candidate
 from synth.core.topology import Topology
@@ -84,18 +89,64 @@ def size_grid(text: str) -> list[int]:
     return sorted(set(sizes))
 
 
-def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int]) -> list[Evaluation]:
+@dataclass(frozen=True)
+class ModelPoint:
+    """What NCCL takes at one size in the runtime model, and the option it takes it with."""
+
+    size: int
+    time_us: float
+    algorithm: str
+    protocol: str
+    channels: int
+
+    @property
+    def label(self) -> str:
+        return f"NCCL as modelled ({self.algorithm}/{self.protocol})"
+
+
+def bounds_of(topology: Topology, collective, terms: RuntimeTerms | None):
+    """The lower bounds every row is measured against (under ``terms``: the runtime's)."""
+    if terms is None:
+        return lower_bounds(topology, collective)
+    from synth.bounds.runtime import runtime_bounds
+
+    return runtime_bounds(topology, collective, terms)
+
+
+def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
+             terms: RuntimeTerms | None = None) -> list[Evaluation]:
     out = []
+    bounds: dict[str, Any] = {}
     for c in candidates:
-        bounds = lower_bounds(topology, c.schedule.collective)  # as ``synth cost`` does
-        out.append(Evaluation(c, tuple(cost_rows(c.schedule, sizes, bounds, "best")),
-                              tuple(cost_rows(c.schedule, TABLE_SIZES, bounds, "best"))))
+        coll = c.schedule.collective
+        key = (coll.name, coll.chunks, coll.root)
+        if key not in bounds:
+            bounds[key] = bounds_of(topology, coll, terms)  # as ``synth cost`` does
+        out.append(Evaluation(c, tuple(cost_rows(c.schedule, sizes, bounds[key], "best", terms)),
+                              tuple(cost_rows(c.schedule, TABLE_SIZES, bounds[key], "best", terms))))
     return out
 
 
-def bound_rows(topology: Topology, collective: str, sizes: list[int]) -> list[dict[str, float]]:
+def nccl_model_points(topology: Topology, collective: str, sizes: list[int], calibration) -> list[ModelPoint] | None:
+    """What NCCL takes at every size in the runtime model under ``calibration`` (one process per
+    GPU); None where the model does not cover the collective."""
+    from synth.measure.runtime import COLLECTIVES, Launch, describe, nccl_time
+
+    if collective not in COLLECTIVES:
+        return None
+    machine = describe(topology)
+    launch = Launch("processes")
+    points = []
+    for size in sizes:
+        c = nccl_time(machine, collective, size, calibration, launch, calibration.transport)
+        points.append(ModelPoint(size, c.time_us, c.algorithm, c.protocol, c.channels))
+    return points
+
+
+def bound_rows(topology: Topology, collective: str, sizes: list[int],
+               terms: RuntimeTerms | None = None) -> list[dict[str, float]]:
     coll = make_collective(collective, topology.ranks)
-    bounds = lower_bounds(topology, coll)
+    bounds = bounds_of(topology, coll, terms)
     rows = []
     for size in sizes:
         t = bounds.time_us(size)
@@ -111,14 +162,24 @@ def _span(values: list[float]) -> tuple[float | None, float | None]:
     return (min(values), max(values)) if values else (None, None)
 
 
-def winners(evaluations: list[Evaluation], sizes: list[int]) -> list[Winner]:
+def _nccl_at(nccl: list[Evaluation], model: list[ModelPoint] | None, index: int) -> tuple[str, float] | None:
+    """(label, time) of what NCCL takes at grid size ``index``: the fastest of its schedules, or
+    the runtime model's figure where that is lower."""
+    found = _fastest(nccl, index)
+    options = [] if found is None else [(found.candidate.label, found.time_at(index))]
+    if model is not None:
+        options.append((model[index].label, model[index].time_us))
+    return min(options, key=lambda o: o[1]) if options else None
+
+
+def winners(evaluations: list[Evaluation], sizes: list[int], model: list[ModelPoint] | None = None) -> list[Winner]:
     """Consecutive grid sizes with the same fastest (schedule, protocol) form one range; a range
     ends just below the next range's first size (the last range has no upper limit)."""
     base = [e for e in evaluations if not e.candidate.synthesized]
     nccl = [e for e in evaluations if e.candidate.nccl]
     picks = []
     for i, size in enumerate(sizes):
-        best, best_base, best_nccl = _fastest(evaluations, i), _fastest(base, i), _fastest(nccl, i)
+        best, best_base, best_nccl = _fastest(evaluations, i), _fastest(base, i), _nccl_at(nccl, model, i)
         picks.append((size, best, best.rows[i]["protocol"], best_base, best_nccl))
     out: list[Winner] = []
     start = 0
@@ -129,9 +190,9 @@ def winners(evaluations: list[Evaluation], sizes: list[int]) -> list[Winner]:
         span = [(j, p) for j, p in enumerate(picks[start:i], start)]
         upper = picks[i][0] - 1 if i < len(picks) else None
         low, high = _span([p[3].time_at(j) / best.time_at(j) for j, p in span if p[3] is not None])
-        nlow, nhigh = _span([p[4].time_at(j) / best.time_at(j) for j, p in span if p[4] is not None])
+        nlow, nhigh = _span([p[4][1] / best.time_at(j) for j, p in span if p[4] is not None])
         bases = sorted({p[3].candidate.label for _, p in span if p[3] is not None})
-        nccls = sorted({p[4].candidate.label for _, p in span if p[4] is not None})
+        nccls = sorted({p[4][0] for _, p in span if p[4] is not None})
         out.append(Winner(0 if start == 0 else size, upper, best.candidate.label, best.candidate.file_name,
                           best.candidate.synthesized, ", ".join(bases) or None, low, high, protocol,
                           ", ".join(nccls) or None, nlow, nhigh))
@@ -139,13 +200,13 @@ def winners(evaluations: list[Evaluation], sizes: list[int]) -> list[Winner]:
     return out
 
 
-def shortfalls(evaluations: list[Evaluation], sizes: list[int]) -> list[Shortfall]:
-    """Every grid size where the fastest synthesized schedule is slower than NCCL's fastest."""
+def shortfalls(evaluations: list[Evaluation], sizes: list[int], model: list[ModelPoint] | None = None) -> list[Shortfall]:
+    """Every grid size where the fastest synthesized schedule is slower than what NCCL takes."""
     ours = [e for e in evaluations if e.candidate.synthesized]
     nccl = [e for e in evaluations if e.candidate.nccl]
     out = []
     for i, size in enumerate(sizes):
-        mine, theirs = _fastest(ours, i), _fastest(nccl, i)
-        if mine is not None and theirs is not None and mine.time_at(i) > theirs.time_at(i) * (1 + 1e-9):
-            out.append(Shortfall(size, mine.candidate.label, mine.time_at(i), theirs.candidate.label, theirs.time_at(i)))
+        mine, theirs = _fastest(ours, i), _nccl_at(nccl, model, i)
+        if mine is not None and theirs is not None and mine.time_at(i) > theirs[1] * (1 + 1e-9):
+            out.append(Shortfall(size, mine.candidate.label, mine.time_at(i), theirs[0], theirs[1]))
     return out

@@ -26,13 +26,26 @@ def _span_text(low: int, high: int | None) -> str:
     return f"{format_size(low)}..{'' if high is None else format_size(high + 1)}"
 
 
+def _model_text(bounds: dict[str, Any], costing: dict[str, Any]) -> str:
+    """The sentence that says which model the report's times come from."""
+    label = costing.get("calibration")
+    if label is None:
+        return (f"busbw <= {bounds['busbw_gbps']:.1f} GB/s. Times are the contract step model (DESIGN.md) with "
+                "protocol factors only")
+    return (f"busbw <= {bounds['busbw_gbps']:.1f} GB/s at line rate, <= {bounds['runtime_busbw_gbps']:.1f} GB/s at "
+            f"the rates the runtime reaches. Times are the step model under the runtime terms of calibration "
+            f"`{label}` (docs/cost-model.md, \"The runtime model\": link efficiency, thread blocks per link, "
+            f"latencies, launch floor; the same for every schedule)")
+
+
 def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evaluations: list[Evaluation],
-             picks: list[Winner], sizes: list[int], short: list[Shortfall] = ()) -> str:
+             picks: list[Winner], sizes: list[int], short: list[Shortfall] = (),
+             costing: dict[str, Any] | None = None) -> str:
+    costing = costing or {}
     lines = [f"# {collective} on {topology_name}", ""]
     lines.append(f"Lower bounds: steps >= {bounds['steps']}, rounds per chunk >= {bounds['rounds_per_chunk']}, "
-                 f"busbw <= {bounds['busbw_gbps']:.1f} GB/s. Times are the contract step model "
-                 f"(DESIGN.md), every schedule at its fastest protocol per size (Simple, LL128 or LL: "
-                 f"docs/cost-model.md), named beside each time; the event simulation is in report.csv. "
+                 f"{_model_text(bounds, costing)}, every schedule at its fastest protocol per size (Simple, LL128 "
+                 f"or LL), named beside each time; the event simulation is in report.csv. "
                  f"Sizes: {format_size(sizes[0])}..{format_size(sizes[-1])}, log-spaced. Kinds: smt/milp are "
                  f"synthesized, nccl is what NCCL runs (its fastest at a size is the `nccl` baseline), "
                  f"baseline is a classic algorithm.")
@@ -60,8 +73,11 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
     lines += ["", "Ranges are [low, high) in bytes; a speedup is the other schedule's time over the fastest "
               "one's, least to most over the range's grid sizes (1.00x: it is the fastest itself). "
               "\"vs NCCL\" compares with the fastest schedule NCCL runs at that size (ring, tree, PAT or "
-              "point-to-point, channels and protocol included); \"best baseline\" with the fastest "
-              "non-synthesized schedule of any kind.", ""]
+              "point-to-point, channels and protocol included)"
+              + ("" if costing.get("nccl_model") is None else
+                 ", or with what the runtime model fitted to measured nccl-tests runs says NCCL takes there "
+                 "(\"NCCL as modelled\") where that is less")
+              + "; \"best baseline\" with the fastest non-synthesized schedule of any kind.", ""]
     if any(e.candidate.synthesized for e in evaluations):
         lines += ["## Where synthesis is slower than NCCL", ""]
         if short:
@@ -71,8 +87,11 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         else:
             lines.append("Nowhere on the grid: at every size a synthesized schedule is at least as fast as NCCL.")
         lines.append("")
-    lines += ["Reproduce any number: `synth cost schedules/FILE --sizes 1K,1M,1G --protocol best`; the whole report: "
-              f"`synth report {topology_name} {collective}`.", ""]
+    label = costing.get("calibration")
+    flag = "" if label is None else f" --calibration {label}"
+    lines += [f"Reproduce any number: `synth cost schedules/FILE --sizes 1K,1M,1G --protocol best{flag}`; the whole "
+              f"report: `synth report {topology_name} {collective}" + (" --calibration none" if label is None else
+                                                                      "" if label == "default" else flag) + "`.", ""]
     return "\n".join(lines)
 
 
@@ -94,10 +113,17 @@ def csv_text(evaluations: list[Evaluation]) -> str:
 
 
 def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evaluations: list[Evaluation],
-             picks: list[Winner], sizes: list[int], bound: list[dict], short: list[Shortfall] = ()) -> dict[str, Any]:
+             picks: list[Winner], sizes: list[int], bound: list[dict], short: list[Shortfall] = (),
+             costing: dict[str, Any] | None = None) -> dict[str, Any]:
+    costing = costing or {}
+    model = costing.get("nccl_model")
     return {
         "format": "synth.report", "version": 1,
         "topology": topology_name, "collective": collective, "sizes": sizes, "bounds": bounds,
+        "calibration": costing.get("calibration"),
+        "nccl_model": None if model is None else [
+            {"size": p.size, "time_us": p.time_us, "algorithm": p.algorithm, "protocol": p.protocol,
+             "channels": p.channels} for p in model],
         "bound": bound,
         "schedules": [{
             "label": e.candidate.label, "kind": e.candidate.kind, "file": f"schedules/{e.candidate.file_name}",

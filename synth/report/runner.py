@@ -17,11 +17,13 @@ from synth.core.errors import InputError
 from synth.core.io import dumps, read_json, save_schedule, write_text_atomic
 from synth.core.library import resolve_topology
 from synth.report import candidates as cand
-from synth.report.evaluate import bound_rows, evaluate, shortfalls, size_grid, winners
+from synth.report.evaluate import bound_rows, evaluate, nccl_model_points, shortfalls, size_grid, winners
 from synth.report.plots import plot
 from synth.report.render import csv_text, json_doc, markdown, selection_doc
 
 DEFAULT_SIZES = "1K..4G"
+DEFAULT_CALIBRATION = "default"  # reports cost under the runtime model's default terms
+CONTRACT = "none"  # --calibration none: the contract model (protocol factors only)
 ALL_REPORTS = (
     ("dgx1", "allgather"), ("dgx1", "reduce_scatter"), ("dgx1", "allreduce"), ("dgx1", "alltoall"),
     ("dgx1", "broadcast"),
@@ -34,13 +36,19 @@ Say = Callable[[str], None]
 
 def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT_SIZES,
            from_dir: str | None = None, time_limit: float = 120.0, say: Say | None = None,
-           jobs: int = 1) -> dict:
+           jobs: int = 1, calibration: str = DEFAULT_CALIBRATION) -> dict:
     """Synthesize (or read), add baselines and bounds, evaluate and write the report folder.
-    ``jobs`` > 1: the MILP router's size variants run side by side (the same report)."""
+    ``jobs`` > 1: the MILP router's size variants run side by side (the same report).
+    ``calibration``: a synth.calibration file, ``default`` (the built-in terms) or ``none`` (the
+    contract model, protocol factors only)."""
+    from synth.measure.calibration import load_calibration
+
     say = say or (lambda line: None)
     topo = resolve_topology(topology)
     make_collective(collective, topo.ranks).check_on(topo)
     grid = size_grid(sizes)
+    cal = None if calibration == CONTRACT else load_calibration(calibration)
+    terms = None if cal is None else cal.terms(calibration)
     folder = Path(out)
     found = (cand.from_frontier_dir(from_dir, topo, collective) if from_dir
              else cand.synthesized(topo, collective, time_limit, say, jobs))
@@ -53,18 +61,23 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     candidates = found + nccl + cand.baselines(topo, collective)
     say(f"{topo.name} {collective}: {len(found)} synthesized, {len(nccl)} NCCL, "
         f"{len(candidates) - len(found) - len(nccl)} classic baselines; evaluating over {len(grid)} sizes")
-    evaluations = prune_extras(evaluate(topo, candidates, grid))
+    evaluations = prune_extras(evaluate(topo, candidates, grid, terms))
     for e in evaluations:
         save_schedule(folder / "schedules" / e.candidate.file_name, e.candidate.schedule)
-    picks = winners(evaluations, grid)
-    short = shortfalls(evaluations, grid)
+    model = None if cal is None else nccl_model_points(topo, collective, grid, cal)
+    picks = winners(evaluations, grid, model)
+    short = shortfalls(evaluations, grid, model)
     b = lower_bounds(topo, make_collective(collective, topo.ranks))
     bounds = {"steps": b.steps, "rounds_per_chunk": None if b.rounds_per_chunk is None else str(Fraction(b.rounds_per_chunk)),
               "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps}
-    bound = bound_rows(topo, collective, grid)
-    write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid, short))
+    if terms is not None:
+        bounds["runtime_busbw_gbps"] = bound_rows(topo, collective, grid[-1:], terms)[0]["busbw_gbps"]
+    bound = bound_rows(topo, collective, grid, terms)
+    costing = {"calibration": None if terms is None else terms.label, "nccl_model": model}
+    write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid, short,
+                                                     costing))
     write_text_atomic(folder / "report.csv", csv_text(evaluations))
-    doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound, short)
+    doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound, short, costing)
     write_text_atomic(folder / "report.json", dumps(doc))
     write_text_atomic(folder / "selection.json", dumps(selection_doc(topo.name, collective, picks)))
     plot(evaluations, bound, f"{collective} on {topo.name} ({topo.ranks} GPUs)", folder)
@@ -82,7 +95,8 @@ def prune_extras(evaluations: list) -> list:
 
 def report_all(root: str | Path = "results", force: bool = False, time_limit: float = 120.0,
                say: Say | None = None, jobs: int = 1, job_timeout: float | None = None,
-               reports=ALL_REPORTS, sizes: str = DEFAULT_SIZES, ray: str | None = None) -> tuple[Path, list[str]]:
+               reports=ALL_REPORTS, sizes: str = DEFAULT_SIZES, ray: str | None = None,
+               calibration: str = DEFAULT_CALIBRATION) -> tuple[Path, list[str]]:
     """Every report of ``reports`` under ``root``; finished ones are kept unless ``force`` (so an
     interrupted run resumes), then ``root/README.md`` indexes them. With ``jobs`` > 1 the reports
     run side by side, each in its own process (synth.parallel.pool), and their files are written
@@ -110,7 +124,8 @@ def report_all(root: str | Path = "results", force: bool = False, time_limit: fl
             bar.write(f"{outcome.key}: FAILED: {outcome.error}", file=sys.stderr)
         bar.update(1)
 
-    work = [Job(f"{t} {c}", "synth.report.runner:report_files", (t, c, time_limit, sizes)) for t, c in pending]
+    work = [Job(f"{t} {c}", "synth.report.runner:report_files", (t, c, time_limit, sizes, calibration))
+            for t, c in pending]
     run_jobs(work, workers=jobs, timeout=job_timeout, done=finished, ray=ray)
     bar.close()
     write_text_atomic(root / "README.md", index(root, reports))
@@ -118,13 +133,13 @@ def report_all(root: str | Path = "results", force: bool = False, time_limit: fl
 
 
 def report_files(topology: str, collective: str, time_limit: float = 120.0,
-                 sizes: str = DEFAULT_SIZES) -> dict[str, bytes]:
+                 sizes: str = DEFAULT_SIZES, calibration: str = DEFAULT_CALIBRATION) -> dict[str, bytes]:
     """One report made in a private folder: relative path -> bytes (what a job sends back)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="synth-report-") as tmp:
         say = lambda line: print(f"[{topology} {collective}] {line}", file=sys.stderr, flush=True)  # noqa: E731
-        report(topology, collective, tmp, sizes, None, time_limit, say)
+        report(topology, collective, tmp, sizes, None, time_limit, say, calibration=calibration)
         return {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
 
 
@@ -149,8 +164,10 @@ def index(root: Path, reports=ALL_REPORTS) -> str:
              "Regenerate with `synth report --all` (resumes: finished reports are kept; `--force` redoes them).",
              "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, selection.json",
              "and schedules/ (every schedule named in the report; `synth cost` reproduces its numbers).", "",
-             "Times are the step model, each schedule at its best protocol; \"vs NCCL\" is the fastest synthesized",
-             "schedule against the fastest schedule NCCL runs at that size (> 1: synthesis is faster).", "",
+             "Times are the step model under the runtime terms of the default calibration (docs/cost-model.md), each",
+             "schedule at its best protocol; \"vs NCCL\" is the fastest synthesized schedule against what NCCL takes at",
+             "that size: the faster of its schedules under the same terms and the runtime model fitted to measured",
+             "nccl-tests runs (> 1: synthesis is faster).", "",
              "| topology | collective | fastest @1K | fastest @1M | fastest @1G | synthesized vs NCCL @1K / 1M / 1G "
              "| synthesized vs best baseline @1G |",
              "|---|---|---|---|---|---|---|"]
@@ -185,6 +202,7 @@ def _synthesized(entry: dict) -> bool:
 def _versus_nccl(doc: dict, size: int) -> str:
     synth = [t for e in doc["schedules"] if _synthesized(e) and (t := _time(e, size)) is not None]
     nccl = [t for e in doc["schedules"] if e["kind"] == "nccl" and (t := _time(e, size)) is not None]
+    nccl += [p["time_us"] for p in doc.get("nccl_model") or () if p["size"] == size]
     return f"{min(nccl) / min(synth):.2f}x" if synth and nccl else "-"
 
 

@@ -152,6 +152,29 @@ def test_doctor_says_a_healthy_run_is_as_expected_at_large_sizes(capsys):
 
 
 @needs_logs
+def test_doctor_names_the_fastest_schedule_under_the_same_calibration(tmp_path, capsys):
+    """Classic algorithms always; a folder's schedule files too, and one that is faster wins there."""
+    folder = tmp_path / "schedules"
+    folder.mkdir()
+    assert main(["baseline", "h100", "allreduce", "--algo", "nccl_ring", "-o", str(folder / "mine.json")]) == 0
+    assert main(["baseline", "h100", "allgather", "--algo", "ring", "-o", str(folder / "other.json")]) == 0
+    capsys.readouterr()
+    log = str(LOGS / "h100-8gpu-allreduce-1.txt")
+    assert main(["doctor", log, "--topology", "h100", "--json"]) == 0
+    classic = json.loads(capsys.readouterr().out)["rows"]
+    assert all(r["fastest_schedule"]["label"] != "mine.json" for r in classic)
+    assert main(["doctor", log, "--topology", "h100", "--json", "--schedules", str(folder)]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    labels = {r["fastest_schedule"]["label"] for r in rows}
+    assert "mine.json" in labels and "other.json" not in labels  # allgather files are skipped
+    for before, after in zip(classic, rows):
+        assert after["fastest_schedule"]["time_us"] <= before["fastest_schedule"]["time_us"] + 1e-6
+        assert after["fastest_schedule"]["time_us"] >= 8 * Calibration().get("launch_thread_gpu_us") - 1e-6
+    assert main(["doctor", log, "--topology", "h100", "--schedules", str(tmp_path / "nowhere")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+@needs_logs
 def test_calibrate_writes_a_document_that_predicts_its_run(tmp_path, capsys):
     out = tmp_path / "a100.json"
     logs = [str(LOGS / "a100-8gpu-allreduce-1.txt"), str(LOGS / "a100-8gpu-allreduce-2.txt")]

@@ -8,9 +8,11 @@ import json
 import pytest
 
 from synth.bounds.lower_bounds import lower_bounds
+from synth.bounds.runtime import runtime_bounds
 from synth.cli.main import main
 from synth.cost import cost_rows
 from synth.core.io import load_schedule
+from synth.measure.calibration import Calibration
 from synth.report import runner
 from synth.report.evaluate import size_grid
 
@@ -37,7 +39,10 @@ def test_every_number_is_what_synth_cost_gives_for_the_named_file(full4_report):
     out, doc = full4_report
     for entry in doc["schedules"]:
         schedule = load_schedule(out / entry["file"])
-        rows = cost_rows(schedule, doc["sizes"], lower_bounds(schedule.topology, schedule.collective), "best")
+        terms = Calibration().terms()  # reports cost under the default calibration
+        assert doc["calibration"] == "default"
+        rows = cost_rows(schedule, doc["sizes"], runtime_bounds(schedule.topology, schedule.collective, terms),
+                         "best", terms)
         assert [r["step_time_us"] for r in rows] == pytest.approx([r["step_time_us"] for r in entry["rows"]])
         assert [r["protocol"] for r in rows] == [r["protocol"] for r in entry["rows"]]
         assert [r["sim_time_us"] for r in rows] == pytest.approx([r["sim_time_us"] for r in entry["rows"]])
@@ -66,11 +71,21 @@ def test_nccl_column_and_shortfalls_follow_the_rows(full4_report):
     slower = {s["size"] for s in doc["slower_than_nccl"]}
     for i, size in enumerate(doc["sizes"]):
         mine = min(e["rows"][i]["step_time_us"] for e in ours)
-        theirs = min(e["rows"][i]["step_time_us"] for e in nccl)
+        theirs = min(min(e["rows"][i]["step_time_us"] for e in nccl), doc["nccl_model"][i]["time_us"])
+        assert doc["nccl_model"][i]["size"] == size
         assert (size in slower) == (mine > theirs * (1 + 1e-9))
         covering = [w for w in doc["fastest"] if w["min_bytes"] <= size and (w["max_bytes"] is None or size <= w["max_bytes"])]
         fastest = min(e["rows"][i]["step_time_us"] for e in doc["schedules"])
         assert covering[0]["nccl_speedup"] <= theirs / fastest * (1 + 1e-9) <= covering[0]["nccl_speedup_max"] * (1 + 1e-9)
+
+
+def test_the_contract_model_is_still_there(tmp_path):
+    doc = runner.report("ring:4", "allgather", tmp_path / "rep", sizes="1K,1M", time_limit=30, calibration="none")
+    assert doc["calibration"] is None and doc["nccl_model"] is None
+    schedule = load_schedule(tmp_path / "rep" / doc["schedules"][0]["file"])
+    rows = cost_rows(schedule, [1024, 1 << 20], lower_bounds(schedule.topology, schedule.collective), "best")
+    assert [r["step_time_us"] for r in rows] == pytest.approx([r["step_time_us"] for r in doc["schedules"][0]["rows"]])
+    assert "--calibration none" in (tmp_path / "rep" / "report.md").read_text()
 
 
 def test_synthesized_never_beat_the_bound(full4_report):

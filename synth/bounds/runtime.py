@@ -1,0 +1,71 @@
+"""Lower bounds under a runtime's terms (``synth.cost.RuntimeTerms``): what no schedule run by
+that runtime can beat.
+
+The bound is the ideal model's bound (``lower_bounds``) on the effective topology, where every
+link and group moves at its line rate times its kind's efficiency and every alpha is scaled by
+the runtime's latency factor (plus the network hop on network links), plus the smallest
+per-call latency of the runtime's protocols, and never below the launch floor. Every protocol's
+alpha factor is at least LL's (1) and its payload share at most 1, so each term is at most what
+any protocol pays: the result bounds the step model under the terms, every protocol included.
+
+>>> from synth.core.collectives import allgather
+>>> from synth.core.topology import Topology, Link
+>>> from synth.measure.calibration import Calibration
+>>> ring = Topology("uring4", 4, tuple(Link(i, (i + 1) % 4, 25.0, 0.7, kind="nvlink") for i in range(4)))
+>>> b = runtime_bounds(ring, allgather(4), Calibration().terms())
+>>> round(b.busbw_gbps, 3)  # 25 GB/s x efficiency_nvlink
+18.525
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from synth.bounds.lower_bounds import Bounds, lower_bounds
+from synth.core.collective import Collective
+from synth.core.topology import Topology
+from synth.cost import PROTOCOLS, RUNTIME_PROTOCOLS, RuntimeTerms
+
+
+@dataclass(frozen=True)
+class RuntimeBounds:
+    """``bounds`` on the effective topology and the runtime terms that sit on top of them."""
+
+    bounds: Bounds
+    terms: RuntimeTerms
+
+    @property
+    def call_us(self) -> float:
+        """The smallest per-call latency any of the runtime's protocols pays."""
+        return self.terms.latency_scale * min(PROTOCOLS[p].base_us for p in RUNTIME_PROTOCOLS)
+
+    def time_us(self, size_bytes: float) -> float:
+        """No schedule run under the terms takes less time at this size."""
+        return max(self.terms.launch_us, self.bounds.time_us(size_bytes) + self.call_us)
+
+    @property
+    def busbw_gbps(self) -> float:
+        """The bus bandwidth limit at effective link rates (independent of S)."""
+        return self.bounds.busbw_gbps
+
+    def to_dict(self, size: int | None = None) -> dict[str, Any]:
+        doc = self.bounds.to_dict(size)
+        doc["time_us"] = None if size is None else self.time_us(size)
+        doc["calibration"] = self.terms.label
+        return doc
+
+
+def effective_topology(topology: Topology, terms: RuntimeTerms) -> Topology:
+    """``topology`` at the rates and latencies a runtime reaches (see the module)."""
+    links = tuple(replace(link, bandwidth=link.bandwidth * terms.efficiency_of(link.kind),
+                          alpha=link.alpha * terms.latency_scale + (terms.net_hop_us if link.kind == "net" else 0.0))
+                  for link in topology.links)
+    groups = tuple(replace(group, bandwidth=group.bandwidth * terms.efficiency_of(topology.group_kind(group)))
+                   for group in topology.groups)
+    return replace(topology, links=links, groups=groups)
+
+
+def runtime_bounds(topology: Topology, collective: Collective, terms: RuntimeTerms) -> RuntimeBounds:
+    """The lower bounds of ``collective`` on ``topology`` under ``terms``."""
+    return RuntimeBounds(lower_bounds(effective_topology(topology, terms), collective), terms)
