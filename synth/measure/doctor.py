@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 
 from synth.cost import format_size
 from synth.measure.calibration import Calibration
-from synth.measure.fit import Measured
+from synth.measure.fit import UNHEALTHY, Measured
 from synth.measure.runtime import Choice, launch_us, nccl_time
 
 SLOW = 1.5
-FAR = 3.0
+FAR = UNHEALTHY
 LATENCY_BOUND = 64 * 1024
 BANDWIDTH_BOUND = 64 * 1024 * 1024
 

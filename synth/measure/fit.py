@@ -3,9 +3,10 @@
 The fit minimises, over the parameters in log space, a robust (soft L1) sum of
 ``log(model / measured)`` over every row, plus a pull of each parameter toward its value in the
 base calibration (``PRIOR_WEIGHT`` per parameter, in log units), so a term the rows do not
-determine stays where it was. Rows far off the rest (measured over model beyond ``FAR``
-after a first fit: slower than anything in the model explains) are left out, listed, and the
-fit is run again without them.
+determine stays where it was. Rows an unhealthy machine made (measured over the base
+calibration's model beyond ``UNHEALTHY``, what ``synth doctor`` calls far slower) are left out
+before fitting; rows still far off the rest (beyond ``FAR`` after a first fit) are left out too,
+and the fit is run again without them. Both are listed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from synth.measure.runtime import Launch, Machine, nccl_time
 
 PRIOR_WEIGHT = 0.3
 FAR = 2.0
+UNHEALTHY = 3.0
 ALWAYS = ("fill_us", "fill_bytes")
 MULTI = ("efficiency_net", "tree_channel_gbps")
 
@@ -61,18 +63,21 @@ def fit(runs: list[Measured], base: Calibration, topology: str | None = None,
     (default: ``fitted_names``) are the parameters it may move."""
     names = names or fitted_names(runs)
     rows = [(run, size, took) for run in runs for size, took in run.rows if took > 0]
-    cal = _solve(rows, names, base, prior)
-    slow = {i for i, (run, size, took) in enumerate(rows) if took / model_us(run, size, cal) > FAR}
-    far = [row for i, row in enumerate(rows) if i in slow]
-    kept = [row for i, row in enumerate(rows) if i not in slow]
-    if far and kept:
-        cal = _solve(kept, names, base, prior)
+    keep = [i for i, (run, size, took) in enumerate(rows) if took / model_us(run, size, base) <= UNHEALTHY]
+    keep = keep or list(range(len(rows)))
+    cal = _solve([rows[i] for i in keep], names, base, prior)
+    still = [i for i in keep if rows[i][2] / model_us(rows[i][0], rows[i][1], cal) <= FAR]
+    if still and len(still) < len(keep):
+        keep = still
+        cal = _solve([rows[i] for i in keep], names, base, prior)
+    kept, left = [rows[i] for i in keep], set(range(len(rows))) - set(keep)
+    far = [rows[i] for i in sorted(left)]
     sources = tuple({"file": run.source, "rows": len(run.rows), "collective": run.collective,
                      "launch": run.launch.mode, "gpus_per_thread": run.launch.gpus_per_thread,
                      "ranks": run.machine.ranks, "machines": run.machine.machines,
                      "transport": run.transport} for run in runs)
-    table = tuple(_fit_row(run, size, took, cal) for run, size, took in (kept if far and kept else rows))
-    excluded = tuple(_fit_row(run, size, took, cal) for run, size, took in far) if kept else ()
+    table = tuple(_fit_row(run, size, took, cal) for run, size, took in kept)
+    excluded = tuple(_fit_row(run, size, took, cal) for run, size, took in far)
     return Calibration(cal.parameters, topology, sources, table, excluded)
 
 

@@ -127,12 +127,18 @@ def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
     return out
 
 
+MEASURED_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
+
+
 def nccl_model_points(topology: Topology, collective: str, sizes: list[int], calibration) -> list[ModelPoint] | None:
     """What NCCL takes at every size in the runtime model under ``calibration`` (one process per
-    GPU); None where the model does not cover the collective."""
-    from synth.measure.runtime import COLLECTIVES, Launch, describe, nccl_time
+    GPU); None for a collective the shared runs do not check it on (``MEASURED_COLLECTIVES``:
+    allreduce and allgather runs, and reduce-scatter, which runs allgather's ring backwards). Its
+    point-to-point alltoall, for one, assumes every peer at the GPU's port rate, which a
+    partial mesh such as DGX-1's does not give."""
+    from synth.measure.runtime import Launch, describe, nccl_time
 
-    if collective not in COLLECTIVES:
+    if collective not in MEASURED_COLLECTIVES:
         return None
     machine = describe(topology)
     launch = Launch("processes")

@@ -175,6 +175,21 @@ def test_doctor_names_the_fastest_schedule_under_the_same_calibration(tmp_path, 
 
 
 @needs_logs
+def test_calibrate_leaves_out_what_an_unhealthy_machine_measured(tmp_path, capsys):
+    """The two-DGX-H100 run's 8 KiB - 64 MiB rows (1-2 ms where 40-380 us is expected) are listed,
+    not fitted, so the network terms come from the healthy rows."""
+    out = tmp_path / "h100x2.json"
+    assert main(["calibrate", str(LOGS / "h100-2node-16gpu-allreduce-2.txt"), "--topology", "h100x2",
+                 "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    left = {r["size_bytes"] for r in doc["excluded"]}
+    assert {8192, 1 << 20, 32 << 20} <= left and not left & {512 << 20, 1 << 30}
+    ratios = [r["model_over_measured"] for r in doc["fit"]]
+    assert sum(1 / 1.3 <= r <= 1.3 for r in ratios) >= 0.8 * len(ratios)
+    assert 1.0 < doc["parameters"]["network_hop_us_ib"] < 10.0
+
+
+@needs_logs
 def test_calibrate_writes_a_document_that_predicts_its_run(tmp_path, capsys):
     out = tmp_path / "a100.json"
     logs = [str(LOGS / "a100-8gpu-allreduce-1.txt"), str(LOGS / "a100-8gpu-allreduce-2.txt")]

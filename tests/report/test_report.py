@@ -79,6 +79,17 @@ def test_nccl_column_and_shortfalls_follow_the_rows(full4_report):
         assert covering[0]["nccl_speedup"] <= theirs / fastest * (1 + 1e-9) <= covering[0]["nccl_speedup_max"] * (1 + 1e-9)
 
 
+def test_the_runtime_model_stands_for_nccl_only_where_runs_check_it():
+    from synth.core.library import resolve_topology
+    from synth.report.evaluate import nccl_model_points
+
+    dgx1 = resolve_topology("dgx1")
+    assert nccl_model_points(dgx1, "alltoall", [1024], Calibration()) is None
+    assert nccl_model_points(dgx1, "broadcast", [1024], Calibration()) is None
+    (point,) = nccl_model_points(dgx1, "allreduce", [1 << 30], Calibration())
+    assert point.algorithm == "ring" and point.protocol == "simple" and point.channels == 32
+
+
 def test_the_contract_model_is_still_there(tmp_path):
     doc = runner.report("ring:4", "allgather", tmp_path / "rep", sizes="1K,1M", time_limit=30, calibration="none")
     assert doc["calibration"] is None and doc["nccl_model"] is None
