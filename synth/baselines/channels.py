@@ -1,7 +1,8 @@
 """NCCL-style channels: several rings over all ranks that together use every link unit and NIC.
 
 A *unit* is the topology's smallest link bandwidth; a link or group of bandwidth B offers
-``floor(B / unit)`` units, and every ring uses one unit of each link and group on its hops, so
+``floor(B / unit)`` units (a group slower than the unit, such as a CPU interconnect between
+PCIe GPUs, still offers one: the ring crosses it at its own rate), and every ring uses one unit of each link and group on its hops, so
 the rings of a plan share the machine fairly and each carries the same share of the data.
 
 - One machine: a packing of directed Hamiltonian cycles in that capacity multigraph, each
@@ -52,7 +53,7 @@ class _Capacity:
         self.topology = topology
         self.links = {l.key: int(math.floor(l.bandwidth / unit + 1e-9)) for l in topology.links
                       if l.src in inside and l.dst in inside}
-        self.groups = Counter({g.name: int(math.floor(g.bandwidth / unit + 1e-9)) for g in topology.groups})
+        self.groups = Counter({g.name: max(1, int(math.floor(g.bandwidth / unit + 1e-9))) for g in topology.groups})
         self.groups_of = {key: tuple(g.name for g in gs) for key, gs in topology.groups_of_link.items()}
         self.succ: dict[int, list[int]] = {r: [] for r in inside}
         for src, dst in self.links:

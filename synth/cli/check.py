@@ -1,7 +1,9 @@
 """``synth check FILE``: does each MSCCL runtime load the file, and does it compute its collective?
 
-Wired into synth.cli.main by ``add_check_parser(sub)``. Exit codes: 0 when the file loads on every
-requested runtime and the replay finds it correct (or cannot judge it), 4 otherwise, 2 when the
+Wired into synth.cli.main by ``add_check_parser(sub)``. Every runtime's verdict is shown; the exit
+code judges the targeted runtimes: ``--runtime``, else the one the file says it was written for
+(synth.msccl.target: ``synth export``'s mark), else all. Exit codes: 0 when the file loads on every
+targeted runtime and the replay finds it correct (or cannot judge it), 4 otherwise, 2 when the
 file cannot be read, ends early (cut off inside a tag or with elements never closed), or is not an
 MSCCL algorithm / synth.program file at all.
 """
@@ -25,7 +27,8 @@ def add_check_parser(sub) -> None:
                                      "rules and replay it; exit 0 ok, 4 invalid, 2 unreadable")
     p.add_argument("file")
     p.add_argument("--runtime", action="append", metavar="NAME",
-                   help=f"runtime profile(s): {', '.join(PROFILES)} (repeatable or comma-separated; default all)")
+                   help=f"runtime profile(s) to judge: {', '.join(PROFILES)}, any case (repeatable or comma-separated; "
+                        "default: the runtime the file was written for, else all); every verdict is shown")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.set_defaults(func=cmd_check)
 
@@ -34,7 +37,7 @@ def runtimes(values: list[str] | None) -> list[str]:
     """The requested profile names, in PROFILES order; InputError for unknown names."""
     if not values:
         return list(PROFILES)
-    names = {v.strip() for value in values for v in value.split(",") if v.strip()}
+    names = {v.strip().lower() for value in values for v in value.split(",") if v.strip()}
     unknown = sorted(names - set(PROFILES))
     if unknown:
         raise InputError(f"unknown runtime {', '.join(unknown)}; known: {', '.join(PROFILES)}")
@@ -43,23 +46,36 @@ def runtimes(values: list[str] | None) -> list[str]:
 
 @dataclass(frozen=True)
 class CheckReport:
-    """``doc``: the --json document; ``replay``: the replay result; ``summary``: one line about the program."""
+    """``doc``: the --json document; ``replay``: the replay result; ``summary``: one line about the
+    program; ``why``: how the targets (``doc["targets"]``) were chosen."""
 
     doc: dict
     replay: ReplayResult
     summary: str
+    why: str = ""
 
 
-def report(path: str, names: list[str]) -> CheckReport:
-    """Check ``path`` against the profiles ``names`` and replay it."""
+def report(path: str, names: list[str] | None = None) -> CheckReport:
+    """Check ``path`` against every profile and replay it; ``names`` (else the runtime the file was
+    written for, else every profile) are the targets its exit code judges."""
+    from synth.msccl.target import written_for
+
     program, parsed = read_program_file(path)
+    marked = written_for(path, program)
+    if names:
+        targets, why = names, "judged for " + ", ".join(names) + " (--runtime)"
+    elif marked is not None:
+        targets, why = [marked], f"judged for {marked}: the file says it was written for it (--runtime overrides)"
+    else:
+        targets, why = list(PROFILES), "judged for every runtime: the file does not say which it was written for"
     profiles = {}
-    for name in names:
+    for name in PROFILES:
         found = check_profile(parsed, PROFILES[name]) if parsed is not None else check_program(program, PROFILES[name])
         profiles[name] = {"loads": ok(found), "problems": [str(p) for p in found]}
     result = replay(program)
-    doc = {"profiles": profiles, "replay": {"correct": result.correct, "problems": [str(p) for p in result.problems]}}
-    return CheckReport(doc, result, _summary(program))
+    doc = {"profiles": profiles, "targets": targets,
+           "replay": {"correct": result.correct, "problems": [str(p) for p in result.problems]}}
+    return CheckReport(doc, result, _summary(program), why)
 
 
 def _summary(program: Program) -> str:
@@ -69,18 +85,21 @@ def _summary(program: Program) -> str:
 
 
 def exit_code(doc: dict) -> int:
-    """0 when every profile loads the file and the replay does not find it wrong, else 4."""
-    good = all(v["loads"] for v in doc["profiles"].values()) and doc["replay"]["correct"] is not False
+    """0 when every targeted profile (``doc["targets"]``, else all) loads the file and the replay
+    does not find it wrong, else 4."""
+    targets = doc.get("targets") or list(doc["profiles"])
+    good = all(doc["profiles"][t]["loads"] for t in targets) and doc["replay"]["correct"] is not False
     return EXIT_OK if good else EXIT_INVALID
 
 
 def cmd_check(args) -> int:
-    checked = report(args.file, runtimes(args.runtime))
+    checked = report(args.file, runtimes(args.runtime) if args.runtime else None)
     if args.json:
         print(json.dumps(checked.doc, indent=1))
     else:
         for line in describe(f"{args.file}: {checked.summary}", checked.doc, checked.replay):
             print(line)
+        print(f"  {checked.why}")
     return exit_code(checked.doc)
 
 
@@ -88,11 +107,13 @@ def describe(path: str, doc: dict, result: ReplayResult) -> list[str]:
     """Human-readable lines: one verdict per profile and for the replay, then their problems."""
     lines = []
     width = max(len(n) for n in list(doc["profiles"]) + ["replay"])
+    targets = doc.get("targets") or list(doc["profiles"])
     for name, verdict in doc["profiles"].items():
         problems = verdict["problems"]
         rejects = any(p.startswith("rejects:") for p in problems)
         label = "loads" if verdict["loads"] else "does not load" if rejects else "loads, but misbehaves"
-        lines.append(f"{name:<{width}}  {label}")
+        aside = "" if name in targets or len(targets) == len(doc["profiles"]) else " (not targeted)"
+        lines.append(f"{name:<{width}}  {label}{aside}")
         lines += ["  " + p for p in _collapse(problems)]
     correct = result.correct
     label = {True: "correct", False: "INCORRECT", None: "not judged"}[correct]

@@ -67,3 +67,14 @@ def terms_of(args):
     from synth.measure.calibration import load_terms
 
     return load_terms(getattr(args, "calibration", None))
+
+
+def protocol_choice(text: str) -> str:
+    """argparse type for ``synth cost --protocol``: a cost-model protocol name in any case
+    (ideal, simple, ll128, ll, best), returned in its canonical lower-case spelling."""
+    from synth.cost import PROTOCOL_CHOICES
+
+    name = text.strip().lower()
+    if name not in PROTOCOL_CHOICES:
+        raise argparse.ArgumentTypeError(f"unknown protocol {text!r}; known: {', '.join(PROTOCOL_CHOICES)} (any case)")
+    return name

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-from synth.cli.common import add_calibration_option, add_coll_options, collective_of, terms_of, topology_of, write_or_print
-from synth.cost import PROTOCOL_CHOICES
+from synth.core.errors import InputError
+
+from synth.cli.common import (add_calibration_option, add_coll_options, collective_of, protocol_choice, terms_of,
+                               topology_of, write_or_print)
 
 DEFAULT_COST_SIZES = "1K,64K,1M,16M,256M,1G"
 
@@ -24,10 +26,12 @@ def add_evaluate_parsers(sub) -> None:
     p.set_defaults(func=cmd_bounds)
 
     p = sub.add_parser("cost", help="cost of a schedule file over sizes, both models, %% of the bound")
-    p.add_argument("file")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="schedule file(s); with several (same collective and ranks) a last line compares the "
+                        "first with each other")
     p.add_argument("--sizes", default=DEFAULT_COST_SIZES, help=f"comma-separated sizes (default {DEFAULT_COST_SIZES})")
-    p.add_argument("--protocol", choices=PROTOCOL_CHOICES,
-                   help="ideal: the contract model (default); simple, ll128, ll: NCCL's protocol factors "
+    p.add_argument("--protocol", type=protocol_choice, metavar="PROTOCOL",
+                   help="any case; ideal: the contract model (default); simple, ll128, ll: NCCL's protocol factors "
                         "and base latency (docs/cost-model.md); best: the fastest of those per size "
                         "(the default with --calibration)")
     add_calibration_option(p)
@@ -70,7 +74,7 @@ def cmd_bounds(args) -> int:
     under = "" if terms is None else f" under the runtime terms of calibration {terms.label}"
     print(f"lower bounds for {coll.name} on {topo.name} ({topo.ranks} ranks){under}")
     print(f"  steps              >= {doc['steps']}")
-    print(f"  rounds per chunk   >= {doc['rounds_per_chunk'] or 'n/a (capacities are not whole numbers)'}")
+    print(f"  rounds per chunk   >= {_rounds(doc['rounds_per_chunk'])}")
     print(f"  time at {format_size(size):>6}     >= {doc['time_us']:.4g} us")
     print(f"  algbw              <= {doc['algbw_gbps']:.4g} GB/s")
     print(f"  busbw              <= {doc['busbw_gbps']:.4g} GB/s")
@@ -79,35 +83,93 @@ def cmd_bounds(args) -> int:
     proven = doc.get("proven")
     if proven:
         print(f"  (the composition figure is what reports compare with; a schedule that reduces in"
-              f" flight can beat it: the proven limit is rounds per chunk >= {proven.get('rounds_per_chunk')},"
-              f" busbw <= {proven.get('busbw_gbps'):.4g} GB/s)")
+              f" flight can beat it: the proven limit is {_proven_limit(proven)})")
     return 0
 
 
-def cmd_cost(args) -> int:
-    from synth.bounds.lower_bounds import lower_bounds
-    from synth.cost import UNKNOWN_KIND_ROW, cost_rows, format_size, parse_sizes, untyped_links
-    from synth.core.io import load_schedule
+LEVEL_WITHIN = 0.02  # a ratio within 2% of 1 is "level"
 
-    schedule = load_schedule(args.file)
+
+def _rounds(value) -> str:
+    """A rounds-per-chunk bound, or why there is none: rounds exist only where every link and
+    group capacity is a whole multiple of the slowest link's bandwidth."""
+    return str(value) if value is not None else "n/a (capacities are not whole numbers: no rounds)"
+
+
+def _proven_limit(proven: dict) -> str:
+    """The proven allreduce limit in words; without whole capacities there is no rounds figure."""
+    busbw = f"busbw <= {proven.get('busbw_gbps'):.4g} GB/s"
+    rounds = proven.get("rounds_per_chunk")
+    if rounds is None:
+        return f"{busbw} (no rounds-per-chunk limit: capacities are not whole numbers, so rounds do not apply)"
+    return f"rounds per chunk >= {rounds}, {busbw}"
+
+
+def cmd_cost(args) -> int:
+    """One cost table per file; with several files (one collective, one rank count) a last line
+    compares the first with each other at every size, each at the same protocol choice."""
+    from synth.core.io import load_schedule
+    from synth.cost import parse_sizes
+
     sizes = parse_sizes(args.sizes)
     terms = terms_of(args)
     protocol = args.protocol or ("ideal" if terms is None else "best")
+    schedules = [load_schedule(path) for path in args.files]
+    _check_comparable(args.files, schedules)
+    tables = [_cost_table(schedule, sizes, protocol, terms) for schedule in schedules]
+    labels = [_label(path, schedule) for path, schedule in zip(args.files, schedules)]
+    model = "contract model, no calibration" if terms is None else f"calibration {terms.label}"
+    verdict = _verdict(labels, [rows for rows, _ in tables], protocol, model) if len(tables) > 1 else None
+    if args.json:
+        doc = tables[0][0] if verdict is None else {
+            "files": [{"file": path, "schedule": label, "rows": rows}
+                      for path, label, (rows, _) in zip(args.files, labels, tables)],
+            "verdict": verdict}
+        print(json.dumps(doc, indent=1))
+        return 0
+    for schedule, (rows, _) in zip(schedules, tables):
+        _print_table(schedule, rows, terms)
+    for line in _column_notes(tables[0][1], protocol, terms, sizes):
+        print(line)
+    if verdict is not None:
+        print(verdict["text"])
+    return 0
+
+
+def _check_comparable(paths: list[str], schedules: list) -> None:
+    """Schedules compared side by side must be of one collective and one rank count (InputError)."""
+    first = schedules[0].collective
+    for path, schedule in zip(paths[1:], schedules[1:]):
+        coll = schedule.collective
+        if (coll.name, coll.ranks) != (first.name, first.ranks):
+            raise InputError(f"{path}: {coll.name} on {coll.ranks} ranks, but {paths[0]} is {first.name} on "
+                             f"{first.ranks} ranks: synth cost compares schedules of one collective and rank count")
+
+
+def _cost_table(schedule, sizes: list[int], protocol: str, terms):
+    """(the cost rows of ``schedule``, the bounds they are judged against); a stderr note when
+    links without a kind take NCCL's default latency row."""
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.cost import UNKNOWN_KIND_ROW, cost_rows, untyped_links
+
     if terms is None:
         bounds = lower_bounds(schedule.topology, schedule.collective)
     else:
         from synth.bounds.runtime import runtime_bounds
 
         bounds = runtime_bounds(schedule.topology, schedule.collective, terms)
-    rows = cost_rows(schedule, sizes, bounds, protocol, terms)
-    coll, topo = schedule.collective, schedule.topology
+    topo = schedule.topology
     untyped = untyped_links(topo)
     if untyped and protocol != "ideal":
         print(f"note: {untyped} of {len(topo.links)} links of {topo.name} have no kind; "
               f"costed with NCCL's {UNKNOWN_KIND_ROW} latency row", file=sys.stderr)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
+    return cost_rows(schedule, sizes, bounds, protocol, terms), bounds
+
+
+def _print_table(schedule, rows: list[dict], terms) -> None:
+    from synth.cost import format_size
+
+    coll, topo = schedule.collective, schedule.topology
     print(f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, {schedule.send_count} sends "
           f"({schedule.meta.get('algorithm') or schedule.meta.get('synthesizer') or 'unnamed'})"
           + ("" if terms is None else f"; runtime terms of calibration {terms.label}, one thread block per "
@@ -120,7 +182,75 @@ def cmd_cost(args) -> int:
               f"{row['sim_time_us']:>12.4f} {row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f} "
               f"{(f'{100 * frac:.1f}%' if frac is not None else '-'):>11}"
               + ("" if terms is None else f" {row['channels']:>9}"))
-    return 0
+
+
+def _column_notes(bounds, protocol: str, terms, sizes: list[int]) -> list[str]:
+    """What the columns are, once per command: step time is the DESIGN cost model, sim time the
+    event simulator, % of bound the bound's time / step time, and what the bound leaves out at the
+    smallest size (why the percentage is low there)."""
+    from synth.cost import format_size
+
+    small = min(sizes)
+    return [
+        "step time: the DESIGN cost model (each step lasts as long as its slowest link or group); sim time: "
+        "the event simulator (each send starts when its data and its link are ready)",
+        f"% of bound: the lower bound's time / step time; at {format_size(small)} the bound is "
+        f"{bounds.time_us(small):.4g} us, mostly {_small_bound(bounds, protocol, terms)}",
+    ]
+
+
+def _small_bound(bounds, protocol: str, terms) -> str:
+    """What the bound counts at small sizes, and what it leaves out that a schedule pays."""
+    from synth.cost import PROTOCOLS, RUNTIME_PROTOCOLS
+
+    if terms is not None:
+        b = bounds.bounds
+        return (f"the launch cost {terms.launch_us:g} us, or else {b.steps} steps x the smallest alpha "
+                f"{b.alpha_min * terms.latency_scale:.3g} us plus the cheapest protocol's call latency "
+                f"{bounds.call_us:.3g} us; a schedule pays its own steps' alphas and its protocol's latency")
+    steps = f"{bounds.steps} steps x the smallest link alpha {bounds.alpha_min:g} us"
+    if protocol == "ideal":
+        return f"{steps} (no schedule has fewer steps); more steps or slower links are below 100% there"
+    latencies = ", ".join(f"{name} {PROTOCOLS[name].base_us:g}" for name in RUNTIME_PROTOCOLS)
+    return (f"{steps}: it leaves out the per-call protocol latency every schedule pays ({latencies} us) "
+            "and the protocols' larger alphas, so it is low at small sizes")
+
+
+def _label(path: str, schedule) -> str:
+    """A schedule's name in the verdict: its algorithm, else its file name, with (S,R,C) when known."""
+    from pathlib import Path
+
+    name = schedule.meta.get("algorithm") or Path(path).name.removesuffix(".json").removesuffix(".schedule")
+    meta = schedule.meta
+    if all(meta.get(k) is not None for k in ("steps", "rounds", "chunks")):
+        return f"{name} (S={meta['steps']},R={meta['rounds']},C={meta['chunks']})"
+    return name
+
+
+def _verdict(labels: list[str], tables: list[list[dict]], protocol: str, model: str) -> dict:
+    """The first schedule against each other: ratio = other's step time / first's, per size;
+    within LEVEL_WITHIN of 1 it is level."""
+    from synth.cost import format_size
+
+    comparisons, phrases = [], []
+    for label, rows in zip(labels[1:], tables[1:]):
+        ratios = [{"size": mine["size"], "ratio": theirs["step_time_us"] / mine["step_time_us"]}
+                  for mine, theirs in zip(tables[0], rows)]
+        comparisons.append({"other": label, "ratios": ratios})
+        parts = [_ratio_phrase(r["ratio"], label if i == 0 else None) + f" at {format_size(r['size'])}"
+                 for i, r in enumerate(ratios)]
+        phrases.append(", ".join(parts))
+    how = f"protocol {protocol}" + (" per size" if protocol == "best" else "")
+    text = f"{labels[0]}: " + "; ".join(phrases) + f" (step time, {how}, {model})"
+    return {"text": text, "first": labels[0], "protocol": protocol, "model": model, "comparisons": comparisons}
+
+
+def _ratio_phrase(ratio: float, other: str | None) -> str:
+    """'1.32x faster [than X]', '1.10x slower [than X]' or 'level [with X]'."""
+    if abs(ratio - 1) <= LEVEL_WITHIN:
+        return "level" + (f" with {other}" if other else "")
+    word = f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
+    return word + (f" than {other}" if other else "")
 
 
 def cmd_baseline(args) -> int:

@@ -4,7 +4,8 @@ lower every range of a size selection (``synth report``'s selection.json) into a
 Wired into synth.cli.main by ``add_export_parser(sub)``; ``cmd_export`` returns an exit code like
 cli.py's commands. The input is recognised by its ``format``: a ``synth.schedule`` is re-verified
 on load, lowered under ``--protocol`` (our names simple/ll128/ll or MSCCL's Simple/LL128/LL, any
-case; ``--proto`` is the same option) and written to the file ``-o``; its footprint (thread blocks
+case; ``--proto`` is the same option) and written to the file ``-o`` (MSCCL XML starts with a comment
+naming the runtime it was written for, synth.msccl.target); its footprint (thread blocks
 per rank, channels, most steps in one thread block) goes to stderr. A ``synth.selection`` is
 exported whole into the folder ``-o`` (synth.exporters.selection): one file per size range with
 that range's protocol and bytes, every other option applying to every file; one stderr line per
@@ -50,7 +51,7 @@ def add_export_parser(sub) -> None:
     p.add_argument("schedule", help="a synth.schedule file (verified on load), or a synth.selection file "
                                     "(synth report's selection.json: -o is then a folder, one file per size range)")
     p.add_argument("--format", required=True, choices=FORMATS)
-    p.add_argument("--runtime", choices=RUNTIMES,
+    p.add_argument("--runtime", choices=RUNTIMES, type=str.lower,
                    help=f"MSCCL runtime whose limits apply (msccl-xml default: {DEFAULT_RUNTIME}; "
                         "program-json default: none)")
     p.add_argument("--protocol", "--proto", dest="protocol", type=_protocol, metavar="PROTOCOL",
@@ -137,10 +138,19 @@ def cmd_export(args) -> int:
     elif args.size is not None:
         raise InputError("--size applies with --calibration (it names the size to choose the protocol for)")
     text, program = export_schedule(schedule, args.format, options)
+    text = _marked(text, args.format, runtime)
     print(footprint(program) + (f" ({runtime})" if runtime else ""), file=sys.stderr)
     write_text_atomic(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _marked(text: str, fmt: str, runtime: str | None) -> str:
+    """MSCCL XML says which runtime it was written for, in a comment before ``<algo>`` (what
+    ``synth check`` judges by default); a synth.program JSON says it in meta.lowering.runtime."""
+    from synth.msccl.target import mark
+
+    return mark(text, runtime) if fmt == "msccl-xml" and runtime else text
 
 
 def _calibrated(args, schedule, options):
@@ -193,7 +203,8 @@ def _export_selection(args, doc, options) -> int:
     if problem:  # before the work of lowering; checked again when writing
         raise InputError(f"{args.output}: {problem}")
     files = sel.export_selection(selection, sel.load_schedules(selection), args.format, options)
-    write_folder_atomic(args.output, {f.name: f.text for f in files}, sel.is_export_name)
+    write_folder_atomic(args.output, {f.name: _marked(f.text, args.format, options.runtime) for f in files},
+                        sel.is_export_name)
     if selection.unnamed_protocols:
         print(f"note: {args.schedule}: {selection.unnamed_protocols} of {len(selection.ranges)} range(s) name no "
               f"protocol (a selection written before protocols were named); exported as {sel.DEFAULT_PROTOCOL}",

@@ -22,6 +22,9 @@ def add_model_parsers(sub) -> None:
                                            "rocm-smi --showtopo output")
     p.add_argument("file", help="the tool's output, as pasted (tabs or spaces, with or without legends)")
     p.add_argument("--format", default="auto", choices=("auto", "nvidia-smi", "nccl-xml", "rocm-smi"))
+    p.add_argument("--nvlink", choices=("switch", "none"),
+                   help="for NCCL topology files that list GPUs by PCI class only (no NVLink stated): switch = "
+                        "every GPU has one NVSwitch port of the --gpu model's NVLinks, none = PCIe only")
     _add_import_options(p)
     p.set_defaults(func=cmd_topo_import)
     p = topo_sub.add_parser("detect", help="run the topology tools present here and import what they print")
@@ -89,7 +92,8 @@ def _import_options(args) -> dict:
         from synth.importers.gpus import model
 
         model(args.gpu)  # an unknown name is one line before the file is read
-    return {"gpu": args.gpu, "nic_gbps": args.nic_gbps, "nodes": args.nodes, "name": args.name, "cpu": args.cpu}
+    return {"gpu": args.gpu, "nic_gbps": args.nic_gbps, "nodes": args.nodes, "name": args.name, "cpu": args.cpu,
+            "nvlink": getattr(args, "nvlink", None)}
 
 
 def _write_topology(topo, output: str | None) -> int:

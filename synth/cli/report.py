@@ -28,6 +28,8 @@ def add_report_parser(sub) -> None:
                                                     "pip install 'synth[ray]')")
     p.add_argument("--job-timeout", type=float, metavar="SEC",
                    help="with --all: stop a report that runs longer and go on with the others")
+    p.add_argument("--replot", metavar="DIR", help="only redraw busbw.png, time.png and speedup.png of the report in "
+                                                  "DIR from its report.json (into -o, default DIR)")
     p.set_defaults(func=cmd_report)
 
 
@@ -41,6 +43,15 @@ def cmd_report(args) -> int:
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
+
+    if args.replot:
+        from synth.report.plots import replot
+
+        if args.topology or args.collective or args.all or args.from_dir:
+            raise InputError("--replot takes only DIR (and -o)")
+        for path in replot(args.replot, args.output):
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
 
     if args.all:
         if args.topology or args.collective or args.from_dir:
@@ -64,17 +75,42 @@ def cmd_report(args) -> int:
     out = args.output or f"results/{args.topology}/{args.collective}"
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say, jobs=args.jobs,
                  calibration=args.calibration)
+    print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, speedup.png, selection.json",
+          file=sys.stderr)
+    for line in summary_lines(doc):
+        print(line)
+    return 0
+
+
+def span_text(min_bytes: int, max_bytes: int | None) -> str:
+    """A selection range [min, max] (inclusive bytes) as ``1M..32M`` ([low, high), K/M/G).
+
+    >>> span_text(0, 1023), span_text(33554432, 268435455), span_text(1 << 30, None)
+    ('0..1K', '32M..256M', '1G..')
+    """
+    from synth.cost import format_size
+
+    return f"{format_size(min_bytes)}..{'' if max_bytes is None else format_size(max_bytes + 1)}"
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """What ``synth report`` prints: one line per selection range, the sizes where synthesis is
+    slower than NCCL, and last the verdict line."""
+    from synth.cost import format_size
+
+    lines = []
     for w in doc["fastest"]:
         versus = []
         if w.get("nccl_speedup") is not None:
             versus.append(f"{w['nccl_speedup']:.2f}x-{w['nccl_speedup_max']:.2f}x NCCL: {w['nccl']}")
         if w["speedup"] is not None:
             versus.append(f"{w['speedup']:.2f}x-{w['speedup_max']:.2f}x the best baseline: {w['best_baseline']}")
-        print(f"{w['min_bytes']}..{'' if w['max_bytes'] is None else w['max_bytes']}: {w['label']} {w['protocol']}"
-              + (f" ({'; '.join(versus)})" if versus else ""))
+        lines.append(f"{span_text(w['min_bytes'], w['max_bytes'])}: {w['label']} {w['protocol']}"
+                     + (f" ({'; '.join(versus)})" if versus else ""))
     if doc.get("slower_than_nccl"):
         worst = min(doc["slower_than_nccl"], key=lambda s: s["nccl_us"] / s["synthesized_us"])
-        print(f"slower than NCCL at {len(doc['slower_than_nccl'])} grid size(s); worst at {worst['size']} bytes: "
-              f"{worst['synthesized_us']:.2f} us against {worst['nccl']} {worst['nccl_us']:.2f} us")
-    print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, selection.json", file=sys.stderr)
-    return 0
+        lines.append(f"synthesis slower than NCCL at {len(doc['slower_than_nccl'])} grid size(s); worst at "
+                     f"{format_size(worst['size'])}: {worst['synthesized_us']:.2f} us against {worst['nccl']} "
+                     f"{worst['nccl_us']:.2f} us")
+    lines.append(doc["verdict"])
+    return lines

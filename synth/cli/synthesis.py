@@ -12,9 +12,10 @@ def add_synthesis_parsers(sub) -> None:
     p = sub.add_parser("solve", help="synthesize a schedule: one k-synchronous instance (smt), the sketch-guided "
                                      "MILP router (milp), or a pipelined greedy schedule (greedy)")
     add_problem(p)
-    p.add_argument("--backend", choices=("smt", "milp", "greedy"), default="smt",
+    p.add_argument("--backend", choices=("auto", "smt", "milp", "greedy"), default="auto",
                    help="smt: exact instance (needs --steps); milp: sketch-guided router for big "
-                        "multi-machine topologies; greedy: one round per step, many chunks")
+                        "multi-machine topologies and any bandwidths; greedy: one round per step, many chunks; "
+                        "auto (default): smt when --steps or --rounds is given, else milp")
     p.add_argument("--size", help="milp/greedy: size S to optimise and report at (default: the sketch's, 1G); "
                                   "smt: the size --calibration reports at (default 1G)")
     p.add_argument("--sketch", help="milp: a synth.sketch v1 file (default: derived, see 'synth sketch show')")
@@ -67,7 +68,9 @@ def _report_unsolved(result, what: str) -> int:
 
 
 def cmd_solve(args) -> int:
-    terms_of(args)  # a bad calibration is one line before any search
+    args.terms = terms_of(args)  # a bad calibration is one line before any search; loaded once
+    if args.backend == "auto":
+        args.backend = "smt" if args.steps is not None or args.rounds is not None else "milp"
     if args.backend == "greedy":
         return _solve_greedy(args)
     if args.backend == "milp":
@@ -97,7 +100,7 @@ def _runtime_line(args, schedule, size: int | None = None) -> None:
     from synth.bounds.runtime import runtime_bounds
     from synth.cost import best_protocol, format_size, parse_size
 
-    terms = terms_of(args)
+    terms = args.terms
     if terms is None:
         return
     at = parse_size(args.size) if args.size is not None else (size or 1 << 30)
@@ -196,8 +199,43 @@ def cmd_least_steps(args) -> int:
         return _report_unsolved(result, f"{args.collective} on {topo.name}")
     meta = result.schedule.meta
     progress(f"least steps: (S={meta.get('steps')}, R={meta.get('rounds')}, C={meta.get('chunks')})")
+    progress(SRC_LEGEND)
     write_or_print(result.schedule.to_dict(), args.output)
     return 0
+
+
+SRC_LEGEND = ("S = steps, R = rounds (a step of r rounds carries up to r chunks per unit of link capacity), "
+              "C = chunks per rank; rounds/chunk = R/C, the bandwidth cost")
+
+
+def _judged_bound(bounds: dict, direct: bool) -> tuple[str | None, str]:
+    """(the rounds/chunk bound the frontier is judged against, what it is). Allreduce points are
+    reduce_scatter + allgather compositions, so the composition bound applies to them; with
+    --direct the proven bound does (a direct schedule may reduce in flight)."""
+    proven, composition = bounds.get("rounds_per_chunk"), bounds.get("composition_rounds_per_chunk")
+    if composition is None:
+        return proven, "the proven bound"
+    if direct:
+        return proven, f"the proven bound, for schedules that reduce in flight; compositions: >= {composition}"
+    return composition, (f"reduce_scatter + allgather composition bound, what these points are; the proven "
+                         f"{proven} needs reduction in flight: --direct searches for it")
+
+
+def _frontier_state(frontier, bound: str | None) -> str:
+    """'complete, meets ...' / 'complete, best ... above ...' / 'INCOMPLETE (...)': complete means no
+    attempt timed out; whether the best point meets the bound is said separately."""
+    from fractions import Fraction
+
+    if not frontier.complete:
+        return ("INCOMPLETE (interrupted)" if frontier.note == "interrupted"
+                else "INCOMPLETE (some attempts timed out)")
+    if not frontier.points or bound is None:
+        return "complete (no attempt timed out)"
+    best = min(point.ratio for point in frontier.points)
+    if best <= Fraction(bound):
+        return f"complete (no attempt timed out; best rounds/chunk {best} meets the bound {bound})"
+    return (f"complete (no attempt timed out; best rounds/chunk {best} is above the bound {bound}: "
+            "none within --max-chunks reaches it)")
 
 
 def cmd_pareto(args) -> int:
@@ -217,10 +255,12 @@ def cmd_pareto(args) -> int:
     for point in frontier.points:
         print(f"(S={point.steps}, R={point.rounds}, C={point.chunks})  rounds/chunk {point.ratio}  "
               f"{point.solve_seconds:.2f} s")
-    state = "complete" if frontier.complete else (
-        "INCOMPLETE (interrupted)" if frontier.note == "interrupted" else "INCOMPLETE (some attempts timed out)")
-    print(f"frontier {state}: {len(frontier.points)} point(s); bounds steps {frontier.bounds.get('steps')}, "
-          f"rounds/chunk {frontier.bounds.get('rounds_per_chunk')}; wrote {path}")
+    if frontier.points:
+        print(SRC_LEGEND)
+    bound, which = _judged_bound(frontier.bounds, args.direct)
+    print(f"bounds: steps >= {frontier.bounds.get('steps')}, rounds/chunk >= {bound} ({which})")
+    state = _frontier_state(frontier, bound)
+    print(f"frontier {state}: {len(frontier.points)} point(s); wrote {path}")
     if frontier.note:
         print(f"note: {frontier.note}")
     if frontier.note == "interrupted":

@@ -8,6 +8,8 @@ chunks per link and group (one round). Sends are chosen greedily, scarcest resou
 When the slow resource (a NIC) is busy in every step and the fast ones (NVLink, NVSwitch ports)
 keep up, the step count approaches the rounds bound and the schedule the bandwidth limit.
 Reduce-scatter is the dual on the reversed topology; allreduce is reduce_scatter + allgather.
+On a machine whose bandwidths are not whole multiples the rounds are planned on
+``synth.core.planning.planning_view`` and the schedule returned runs on the machine itself.
 
 >>> from synth.core.generators import ring
 >>> from synth.core.collectives import allgather
@@ -25,6 +27,7 @@ from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.greedy.nic_matching import plan_crossings
+from synth.core.planning import on_machine, planning_view
 from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
@@ -35,8 +38,10 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
     """A verified one-round-per-step schedule for a non-combining collective."""
     if collective.combining:
         raise InputError("greedy_schedule takes a non-combining collective (use pipelined())")
-    if not topology.rounds_apply:
-        raise InputError(f"{topology.name}: capacities are not whole numbers; the greedy scheduler needs them")
+    if not topology.rounds_apply:  # plan in whole chunks per round, run on the machine itself
+        schedule = on_machine(greedy_schedule(planning_view(topology), collective, max_steps), topology)
+        _check(schedule)
+        return schedule
     collective.check_on(topology)
     machine = topology.machine_of
     link_cap = {l.key: topology.link_capacity(l) for l in topology.links}
@@ -60,6 +65,7 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
     fabric = _fabric_groups(topology)
     group_caps = {g.name: topology.group_capacity(g) for g in topology.groups}
     limit = max_steps or 64 * (collective.chunks + topology.ranks)
+    out_room = _out_room(topology)
     steps: list[Step] = []
     while remaining:
         if len(steps) >= limit:
@@ -70,6 +76,7 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
         remote_used: Counter = Counter()
         writes: set[tuple[int, int]] = set()
         sends: list[Send] = []
+        out_used = [0] * topology.ranks
 
         def try_send(c: int, a: int, b: int) -> bool:
             key = (a, b)
@@ -79,6 +86,7 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
                 if group_used[name] >= cap:
                     return False
             link_used[key] += 1
+            out_used[a] += 1
             for name, _ in groups_of.get(key, ()):
                 group_used[name] += 1
             writes.add((b, c))
@@ -100,7 +108,11 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
             for c in order:
                 if not needers[c]:
                     continue
+                if all(out_used[r] >= out_room[r] for r in range(topology.ranks)):
+                    break  # every rank sends all it can this round
                 for a in list(holders[c]):
+                    if out_used[a] >= out_room[a]:
+                        continue  # no send from a fits this round
                     best = None
                     local_needs = [d for d in needers[c] if machine[d] == machine[a]]
                     for link in local_out[a]:
@@ -140,6 +152,20 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
                         {"synthesizer": "greedy", "algorithm": "greedy pipelined", "chunks_per_rank": collective.chunks_per_rank})
     _check(schedule)
     return schedule
+
+
+def _out_room(topology: Topology) -> list[int]:
+    """Per rank, the most chunks it can send in one round: the sum of its out-links' capacities,
+    capped by every group that holds all of them (a switch port)."""
+    room = []
+    for r in range(topology.ranks):
+        keys = {link.key for link in topology.out_links[r]}
+        total = sum(topology.link_capacity(link) for link in topology.out_links[r])
+        for group in topology.groups:
+            if keys and keys <= set(group.links):
+                total = min(total, topology.group_capacity(group))
+        room.append(total)
+    return room
 
 
 def _local_distances(topology: Topology, local_out) -> list[dict[int, float]]:

@@ -2,8 +2,14 @@
 
 - **GPU generation**: ``--gpu``, else the model the file names (an NCCL dump's PCI device id),
   else the NVLink pattern when it is unambiguous (an 8-GPU hybrid cube-mesh of NV1/NV2 = V100;
-  8 GPUs all NV12 = A100); otherwise one line asking for ``--gpu``. PCIe-only machines need no
-  model when the file states every GPU's PCIe generation.
+  8 GPUs all NV12 = A100); otherwise one line asking for ``--gpu`` that names the models fitting
+  what the file shows (see ``fitting_models``). PCIe-only machines need no model when the file
+  states every GPU's PCIe generation.
+- **GPUs listed by PCI class only** (curated NCCL_TOPO_FILEs, which state no NVLink): the user
+  says which board it is, ``--nvlink switch`` (every GPU one NVSwitch port of the model's NVLink
+  count x per-link bandwidth, as for an NCCL dump whose NVLinks go into NVSwitches) or
+  ``--nvlink none`` (PCIe only); without it, one line asking. ``--nvlink`` on a file that states
+  its links is refused.
 - **NVLink / xGMI**: ``NV#`` = # links x the generation's per-link bandwidth, one directed link
   each way. Every pair with the same count on more than 4 GPUs, or NVLinks into NVSwitches (an
   NCCL dump), is an NVSwitch machine, modelled as the library's ``a100``/``h100``: a full mesh at
@@ -27,7 +33,7 @@ from collections import defaultdict
 
 from synth.core.errors import InputError
 from synth.core.topology import Group, Link, Nic, Topology
-from synth.importers.gpus import PCIE_SOURCE, PCIE_X16_GBS, GpuModel, from_device, model, names
+from synth.importers.gpus import MODELS, PCIE_SOURCE, PCIE_X16_GBS, GpuModel, from_device, listed, model
 from synth.importers.machine import PCIE_LEVELS, MachineDescription
 
 NVLINK_ALPHA = 0.7  # us: the library's NVLink/xGMI alpha (TE-CCL; reference/hardware.md)
@@ -35,23 +41,33 @@ PCIE_ALPHA = 1.2  # us: NVLink's 0.7 x NCCL's Ring LL per-hop ratio PCIe/NVLink 
 NIC_ALPHA = 2.0  # us: the library's NIC alpha (inside the 1.3-2.6 us IB range; reference/hardware.md)
 SYS_GBS = {"intel": 10.0, "amd": 16.0, "power": 32.0, "arm": 6.0}  # NCCL topo.h SKL_QPI_BW, AMD_BW, P9_BW, ARM_BW
 DEFAULT_SYS = "intel"
+NVLINK_CHOICES = ("switch", "none")
 
 
 def build_topology(desc: MachineDescription, name: str, where: str, gpu: str | None = None,
-                   nic_gbps: float | None = None, cpu: str | None = None) -> Topology:
+                   nic_gbps: float | None = None, cpu: str | None = None, nvlink: str | None = None) -> Topology:
     """The synth.topology for ``desc``; InputError (one line, naming ``where``) when it cannot be
-    modelled without more information."""
+    modelled without more information. ``nvlink`` (switch, none): what a file that lists GPUs by
+    PCI class only cannot say."""
     n = desc.gpus
     if n < 1:
         raise InputError(f"{where}: no GPUs found")
-    chosen = _gpu_model(desc, where, gpu)
+    _check_nvlink_choice(desc, where, nvlink)
+    chosen = _gpu_model(desc, where, gpu, nvlink)
     sources = [f"imported from {where} ({desc.tool})"] + list(desc.notes)
     if chosen is not None:
         sources.append(f"GPU model {chosen.name}{' (--gpu)' if gpu else ''}: {chosen.source}")
     links: dict[tuple[int, int], Link] = {}
     groups: list[Group] = []
     fast = {k: p for k, p in desc.pairs.items() if p.kind in ("nvlink", "xgmi")}
-    if desc.switch_links and any(desc.switch_links):
+    if nvlink == "switch":
+        _switch((chosen.links,) * n, chosen, links, groups, sources,
+                f"--nvlink switch: the file lists GPUs by PCI class only; the user says every GPU's "
+                f"{chosen.links} {chosen.name} NVLinks go into NVSwitches")
+    elif nvlink == "none":
+        sources.append("--nvlink none: the file lists GPUs by PCI class only; the user says they have no NVLink "
+                       "(PCIe only)")
+    elif desc.switch_links and any(desc.switch_links):
         _switch(desc.switch_links, chosen, links, groups, sources, "NVLinks into NVSwitches (the file)")
     elif fast and len(fast) == n * (n - 1) // 2 and n > 4 and len({p.links for p in fast.values()}) == 1:
         count = next(iter(fast.values())).links
@@ -73,7 +89,43 @@ def build_topology(desc: MachineDescription, name: str, where: str, gpu: str | N
     return topo
 
 
-def _gpu_model(desc: MachineDescription, where: str, gpu: str | None) -> GpuModel | None:
+def _check_nvlink_choice(desc: MachineDescription, where: str, nvlink: str | None) -> None:
+    """A file that lists GPUs by PCI class only needs ``nvlink``; any other file refuses it."""
+    if nvlink is not None and nvlink not in NVLINK_CHOICES:
+        raise InputError(f"--nvlink must be one of {', '.join(NVLINK_CHOICES)}, got {nvlink!r}")
+    if desc.class_only and nvlink is None:
+        raise InputError(f"{where}: the file lists GPUs by PCI class only and no NVLink (NCCL detects it at run "
+                         "time): give --nvlink switch (an NVSwitch board: one port of the --gpu model's NVLinks per "
+                         "GPU) or --nvlink none (PCIe only), or import 'nvidia-smi topo -m' from that machine instead")
+    if not desc.class_only and nvlink is not None:
+        raise InputError(f"{where}: --nvlink is for NCCL topology files that list GPUs by PCI class only; this "
+                         f"{desc.tool} file states the GPUs' links itself")
+
+
+def _gpu_model(desc: MachineDescription, where: str, gpu: str | None, nvlink: str | None = None) -> GpuModel | None:
+    chosen = _named_model(desc, gpu)
+    if nvlink == "switch" and chosen is not None and (chosen.kind != "nvlink" or not chosen.links):
+        raise InputError(f"{where}: --nvlink switch: {chosen.name} has no NVLink "
+                         f"({'xGMI instead' if chosen.kind == 'xgmi' else 'PCIe only'}); give --nvlink none "
+                         "or a GPU model with NVLink")
+    if chosen is not None:
+        return chosen
+    fast = [p for p in desc.pairs.values() if p.kind in ("nvlink", "xgmi")]
+    needs = bool(fast or any(desc.switch_links) or nvlink == "switch")
+    if not needs and desc.pcie_gen and all(g for g in desc.pcie_gen):
+        return None
+    counts = {p.links for p in fast}
+    what = (f"NV{'/NV'.join(str(c) for c in sorted(counts))} links" if counts and fast[0].kind == "nvlink" else
+            "xGMI links" if counts else "NVSwitch links" if any(desc.switch_links) else
+            "NVSwitch ports (--nvlink switch)" if nvlink == "switch" else "PCIe links of unknown generation")
+    fits = fitting_models(desc, nvlink)
+    which = "any model (PCIe only)" if len(fits) == len(MODELS) else "one that fits"
+    raise InputError(f"{where}: the file does not say which GPU this is, and {what} do not tell its generation: "
+                     f"give --gpu, {which}: {listed(fits)}")
+
+
+def _named_model(desc: MachineDescription, gpu: str | None) -> GpuModel | None:
+    """``--gpu``, else the model the file names, else the one an unambiguous NVLink pattern shows."""
     if gpu:
         return model(gpu)
     named = from_device(desc.gpu_model)
@@ -85,13 +137,52 @@ def _gpu_model(desc: MachineDescription, where: str, gpu: str | None) -> GpuMode
         return model("V100")
     if desc.gpus == 8 and len(fast) == 28 and counts == {12}:
         return model("A100")
-    needs = bool(fast or any(desc.switch_links))
-    if not needs and desc.pcie_gen and all(g for g in desc.pcie_gen):
-        return None
-    what = (f"NV{'/NV'.join(str(c) for c in sorted(counts))} links" if counts else
-            "NVSwitch links" if any(desc.switch_links) else "PCIe links of unknown generation")
-    raise InputError(f"{where}: the file does not say which GPU this is, and {what} do not tell its generation: "
-                     f"give --gpu (one of {', '.join(names())})")
+    return None
+
+
+def link_figures(desc: MachineDescription) -> set[int]:
+    """The NVLink/xGMI links per GPU the file shows, as candidates: the most any GPU has to its
+    peers together (a direct mesh or bridge), and, when every pair shows the same count, that
+    count (one NVSwitch port per GPU); NCCL's NVSwitch links: the most any GPU has. Empty when the
+    file shows no such link."""
+    if any(desc.switch_links):
+        return {max(desc.switch_links)}
+    fast = {k: p for k, p in desc.pairs.items() if p.kind in ("nvlink", "xgmi")}
+    if not fast:
+        return set()
+    per_gpu = [0] * desc.gpus
+    for (i, j), path in fast.items():
+        per_gpu[i] += path.links
+        per_gpu[j] += path.links
+    figures = {max(per_gpu)}
+    counts = {p.links for p in fast.values()}
+    if len(counts) == 1 and len(fast) == desc.gpus * (desc.gpus - 1) // 2:
+        figures |= counts
+    return figures
+
+
+def fitting_models(desc: MachineDescription, nvlink: str | None = None) -> list[GpuModel]:
+    """The GPU models that fit what the file shows. PCIe only: every model. NVLink: the models with
+    NVLink whose links per GPU equal one of ``link_figures``; when none does, those with at least
+    the fewest of them. xGMI: every model with xGMI (rocm-smi's counts are not bonded-link counts).
+    ``--nvlink switch`` on a file that lists GPUs by class only: every model with NVLink.
+
+    >>> from synth.importers.machine import GpuPath
+    >>> board = MachineDescription("t", 8, {(i, j): GpuPath("nvlink", 18) for i in range(8) for j in range(i + 1, 8)})
+    >>> [m.name for m in fitting_models(board)]
+    ['H100', 'H200', 'H20', 'B200', 'B300', 'GB200']
+    """
+    kinds = {p.kind for p in desc.pairs.values() if p.kind in ("nvlink", "xgmi")}
+    if any(desc.switch_links) or nvlink == "switch":
+        kinds.add("nvlink")
+    if not kinds:
+        return list(MODELS)
+    same_kind = [m for m in MODELS if m.kind in kinds and m.links]
+    figures = link_figures(desc)
+    if not figures or kinds != {"nvlink"}:
+        return same_kind
+    exact = [m for m in same_kind if m.links in figures]
+    return exact or [m for m in same_kind if m.links >= min(figures)] or same_kind
 
 
 def _switch(ports, chosen, links, groups, sources, why: str) -> None:

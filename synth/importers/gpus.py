@@ -104,8 +104,37 @@ _GFX = {"gfx906": "MI50", "gfx908": "MI100", "gfx90a": "MI250X", "gfx940": "MI30
         "gfx942": "MI300X", "gfx950": "MI355X"}
 
 
+# Architecture generations, oldest first, for messages that list models [M: vendor architecture names]
+GENERATIONS = (
+    ("Volta", ("V100",)), ("Turing", ("T4",)), ("Ampere", ("A100", "A800", "A10", "A30", "A40", "RTX3090")),
+    ("Ada", ("L4", "L40", "L40S", "RTX4090")), ("Hopper", ("H100", "H800", "H200", "H20")),
+    ("Blackwell", ("B200", "B300", "GB200", "RTX5090")), ("GCN5", ("MI50",)), ("CDNA1", ("MI100",)),
+    ("CDNA2", ("MI210", "MI250", "MI250X")), ("CDNA3", ("MI300A", "MI300X", "MI308X", "MI325X")),
+    ("CDNA4", ("MI355X",)),
+)
+SHORT_LIST = 4  # at most this many models are listed plainly; longer lists are grouped by generation
+
+
 def names() -> list[str]:
     return [m.name for m in MODELS]
+
+
+def listed(models) -> str:
+    """The models' names for a one-line message: plainly when few, else grouped by generation in
+    generation order ("Hopper H100/H200/H20, Blackwell B200/B300/GB200").
+
+    >>> listed([model("a100")]), listed(MODELS[3:10])
+    ('A100', 'Hopper H100/H800/H200/H20, Blackwell B200/B300/GB200')
+    """
+    chosen = {m.name for m in models}
+    if len(chosen) <= SHORT_LIST:
+        return ", ".join(m.name for m in MODELS if m.name in chosen)
+    parts = []
+    for generation, members in GENERATIONS:
+        here = [name for name in members if name in chosen]
+        if here:
+            parts.append(f"{generation} {'/'.join(here)}")
+    return ", ".join(parts)
 
 
 def model(name: str) -> GpuModel:

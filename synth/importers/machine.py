@@ -57,7 +57,9 @@ class MachineDescription:
     (then ``pairs`` need not list NVLink pairs). ``numa``: per GPU its NUMA node / CPU socket, when
     known. ``gpu_model``: the model the file names (NCCL dump: from the PCI device id), else None.
     ``pcie_gen`` / ``pcie_width``: per GPU when the file states them. ``notes``: what the reader
-    wants recorded in the topology's sources (one line each).
+    wants recorded in the topology's sources (one line each). ``class_only``: the file lists GPUs
+    by PCI class only and so cannot say whether they have NVLink (a curated NCCL_TOPO_FILE; NCCL
+    detects NVLink at run time): the builder then needs the user's word (``--nvlink``).
     """
 
     tool: str
@@ -70,6 +72,7 @@ class MachineDescription:
     pcie_gen: tuple[int | None, ...] = ()
     pcie_width: tuple[int | None, ...] = ()
     notes: tuple[str, ...] = ()
+    class_only: bool = False
 
     def path(self, i: int, j: int) -> GpuPath | None:
         """The path between GPUs i and j, in either order."""

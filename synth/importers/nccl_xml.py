@@ -8,6 +8,14 @@ tree: PIX (both directly below one ``<pci>``), PXB (same PCIe tree further up), 
 ``<cpu>``), SYS (different CPUs). Unknown elements and attributes are ignored. NCCL graph files
 (``<graphs>``: rings and trees) are refused. Every error is one line, an InputError.
 
+Curated NCCL_TOPO_FILEs (cloud VM images) may list GPUs and NICs as bare ``<pci>`` endpoints known
+only by their PCI class: a file with no ``<gpu>`` element reads every ``<pci>`` of class 0x0300xx
+(VGA) or 0x0302xx (3D controller) as a GPU, numbered in file (document) order, and every ``<pci>``
+of class 0x0200xx (Ethernet) or 0x0207xx (InfiniBand) that holds no ``<nic>`` as a one-port NIC
+named by its bus id, speed not stated. Such a file says nothing about NVLink (NCCL detects it at
+run time), so the description is marked ``class_only`` and the builder asks which it is. A file
+with ``<gpu>`` elements reads only those, as NCCL does.
+
 >>> d = read_nccl_xml('''<system version="1"><cpu numaid="0"><pci busid="0000:01:00.0">
 ...  <pci busid="0000:02:00.0" vendor="0x10de" device="0x2330" link_speed="32.0 GT/s PCIe"><gpu dev="0"/></pci>
 ...  <pci busid="0000:03:00.0" vendor="0x10de" device="0x2330"><gpu dev="1">
@@ -16,6 +24,11 @@ tree: PIX (both directly below one ``<pci>``), PXB (same PCIe tree further up), 
 (2, '10de:2330', (5, None), (0, 0))
 >>> d.path(0, 1)
 GpuPath(kind='nvlink', links=4, level='PIX', bandwidth=None, where='<gpu dev=1> <nvlink target=02:00.0>')
+>>> bare = read_nccl_xml('''<system version="1"><cpu numaid="0"><pci busid="ffff:ff:01.0" class="0x060400">
+...  <pci busid="0001:00:00.0" class="0x030200" link_speed="16 GT/s" link_width="16"/>
+...  <pci busid="0101:00:00.0" class="0x020700"/></pci></cpu></system>''', "t.xml")
+>>> bare.gpus, bare.class_only, bare.pcie_gen, [(n.name, n.levels) for n in bare.nics]
+(1, True, (4,), [('ib-0101:00:00.0', ('PIX',))])
 """
 
 from __future__ import annotations
@@ -30,6 +43,8 @@ from synth.importers.machine import GpuPath, MachineDescription, Nic
 
 TOOL = "nccl-xml"
 NVSWITCH_CLASS = 0x068000
+GPU_CLASSES = (0x0300, 0x0302)  # PCI base class + subclass: VGA controller, 3D controller
+NIC_CLASSES = {0x0200: "eth", 0x0207: "ib"}  # Ethernet, InfiniBand controller
 LINK_KINDS = {"nvlink": "nvlink", "xgmi": "xgmi"}
 GRAPH_TAGS = ("graphs", "graph", "channel")
 GRAPH_MESSAGE = ("an NCCL graph file (rings and trees), not a topology: "
@@ -41,10 +56,14 @@ MAX_GPUS = 512
 
 @dataclass(frozen=True)
 class _Gpu:
+    """One GPU: its number, the element that describes it (``<gpu>``, or the ``<pci>`` itself for a
+    GPU known by class only), its ``<pci>``, bus id, and how messages name it."""
+
     dev: int
     el: ET.Element
     pci: ET.Element
     busid: str | None
+    label: str
 
 
 def looks_like(text: str) -> bool:
@@ -64,10 +83,14 @@ def read_nccl_xml(text: str, where: str) -> MachineDescription:
         text = bytes(text).decode("utf-8", errors="replace")
     root = _parse(text.lstrip("\ufeff"), where)
     parent = _parents(root)
-    gpus = _find_gpus(root, parent, where)
+    class_only = _check_root(root, where)
+    gpus = _class_gpus(root, where) if class_only else _find_gpus(root, parent, where)
     notes: list[str] = []
     devs = [g.dev for g in gpus]
-    if devs != list(range(len(gpus))):
+    if class_only:
+        notes.append("GPUs listed as <pci> elements by PCI class only (no <gpu> elements): numbered in file order; "
+                     "the file states no NVLink (NCCL detects it at run time)")
+    elif devs != list(range(len(gpus))):
         shown = ", ".join(map(str, devs[:8])) + (", ..." if len(devs) > 8 else "")
         notes.append(f"GPU dev values {shown} are not 0..{len(gpus) - 1}: GPUs numbered in dev order")
     chains = [_chain(g.pci, parent) for g in gpus]
@@ -76,12 +99,12 @@ def read_nccl_xml(text: str, where: str) -> MachineDescription:
     for i in range(len(gpus)):
         for j in range(i + 1, len(gpus)):
             level = _level(chains[i], chains[j])
-            pcie = ("pcie", 0, f"<gpu dev={gpus[i].dev}> and <gpu dev={gpus[j].dev}>")
+            pcie = ("pcie", 0, f"{gpus[i].label} and {gpus[j].label}")
             kind, links, here = linked.get((i, j), pcie)
             pairs[(i, j)] = GpuPath(kind, links=links, level=level, where=here)
-    nics = _nics(root, parent, chains, where, notes)
+    nics = _nics(root, parent, chains, where, notes) + (_class_nics(root, parent, chains) if class_only else ())
     model = _model(gpus, notes)
-    notes.insert(0, _summary(root, gpus, model, nics, switch, linked))
+    notes.insert(0, _summary(root, gpus, model, nics, switch, linked, class_only))
     return MachineDescription(
         TOOL, len(gpus), pairs, nics=nics,
         numa=tuple(_numa(chain, where) for chain in chains),
@@ -89,7 +112,7 @@ def read_nccl_xml(text: str, where: str) -> MachineDescription:
         gpu_model=model,
         pcie_gen=tuple(_gen(g.pci.get("link_speed")) for g in gpus),
         pcie_width=tuple(_width(g.pci.get("link_width")) for g in gpus),
-        notes=tuple(notes))
+        notes=tuple(notes), class_only=class_only)
 
 
 def _parse(text: str, where: str) -> ET.Element:
@@ -175,16 +198,62 @@ def _level(a: list[ET.Element], b: list[ET.Element]) -> str:
     return "PIX" if ia <= 1 and in_b[id(common)] <= 1 else "PXB"
 
 
-def _find_gpus(root: ET.Element, parent: dict, where: str) -> list[_Gpu]:
+def _pci_class(el: ET.Element) -> int | None:
+    """The PCI base class + subclass (``class="0x030200"`` -> 0x0302), None when not stated."""
+    value = _hex(el.get("class"))
+    return None if value is None else value >> 8
+
+
+def _check_root(root: ET.Element, where: str) -> bool:
+    """Refuse what is not a topology; True when the GPUs are known by PCI class only (no ``<gpu>``
+    element, but ``<pci>`` elements of a GPU class)."""
     tags = {el.tag for el in root.iter()}
     graphish = root.tag in GRAPH_TAGS or "graph" in tags or "channel" in tags
-    if root.tag != "system" or "gpu" not in tags:
-        if graphish:
-            raise InputError(f"{where}: {GRAPH_MESSAGE}")
-        if root.tag != "system":
-            raise InputError(f"{where}: the root element is <{_show(root.tag)}>, not <system>: "
-                             "not NCCL topology XML")
-        raise InputError(f"{where}: <system> holds no <gpu> element: no GPUs to import")
+    if root.tag == "system" and "gpu" in tags:
+        return False
+    if graphish:
+        raise InputError(f"{where}: {GRAPH_MESSAGE}")
+    if root.tag != "system":
+        raise InputError(f"{where}: the root element is <{_show(root.tag)}>, not <system>: "
+                         "not NCCL topology XML")
+    if any(_pci_class(el) in GPU_CLASSES for el in root.iter("pci")):
+        return True
+    raise InputError(f"{where}: <system> holds no <gpu> element and no <pci> of a GPU class "
+                     "(0x0300xx, 0x0302xx): no GPUs to import")
+
+
+def _class_gpus(root: ET.Element, where: str) -> list[_Gpu]:
+    """The ``<pci>`` elements of a GPU class, in file order."""
+    gpus, seen = [], set()
+    for el in root.iter("pci"):
+        if _pci_class(el) not in GPU_CLASSES:
+            continue
+        busid = _busid(el.get("busid")) if el.get("busid") else None
+        label = _describe(el) if busid else f"<pci class={_show(el.get('class'))}> #{len(gpus)}"
+        if busid is not None and busid in seen:
+            raise InputError(f"{where}: two GPU <pci> elements with busid {_show(el.get('busid'))}")
+        seen.add(busid)
+        gpus.append(_Gpu(len(gpus), el, el, busid, label))
+        if len(gpus) > MAX_GPUS:
+            raise InputError(f"{where}: more than {MAX_GPUS} GPU <pci> elements: not one machine's topology")
+    return gpus
+
+
+def _class_nics(root: ET.Element, parent: dict, chains: list) -> tuple[Nic, ...]:
+    """The ``<pci>`` elements of a NIC class that hold no ``<nic>``, in file order: one port each,
+    named ``ib-BUSID`` / ``eth-BUSID`` (``ib-K`` when the bus id is missing), speed not stated."""
+    found = []
+    for el in root.iter("pci"):
+        kind = NIC_CLASSES.get(_pci_class(el))
+        if kind is None or el.find(".//nic") is not None:
+            continue
+        name = f"{kind}-{_show(el.get('busid')) if el.get('busid') else len(found)}"
+        levels = tuple(_level(_chain(el, parent), chain) for chain in chains)
+        found.append(Nic(name, levels, where=_describe(el)))
+    return tuple(found)
+
+
+def _find_gpus(root: ET.Element, parent: dict, where: str) -> list[_Gpu]:
     gpus, by_dev, by_busid = [], {}, {}
     for el in root.iter("gpu"):
         pci = parent.get(el)
@@ -200,7 +269,7 @@ def _find_gpus(root: ET.Element, parent: dict, where: str) -> list[_Gpu]:
         busid = _busid(pci.get("busid")) if pci.get("busid") else None
         if busid is not None and busid in by_busid:
             raise InputError(f"{where}: <gpu dev={by_busid[busid]}> and <gpu dev={dev}> share {_describe(pci)}")
-        by_dev[dev] = _Gpu(dev, el, pci, busid)
+        by_dev[dev] = _Gpu(dev, el, pci, busid, f"<gpu dev={dev}>")
         if busid is not None:
             by_busid[busid] = dev
         gpus.append(by_dev[dev])
@@ -309,9 +378,10 @@ def _model_of(gpu: _Gpu) -> str | None:
 
 
 def _pci_id(pci: ET.Element) -> str | None:
-    """"vendor:device" as lower-case hex ("10de:2330"), None when the file leaves one out."""
+    """"vendor:device" as lower-case hex ("10de:2330"), None when the file leaves one out or writes
+    0x0000 (curated files' placeholder)."""
     vendor, device = _hex(pci.get("vendor")), _hex(pci.get("device"))
-    return f"{vendor:04x}:{device:04x}" if vendor is not None and device is not None else None
+    return f"{vendor:04x}:{device:04x}" if vendor and device else None
 
 
 def _model(gpus: list[_Gpu], notes: list[str]) -> str | None:
@@ -322,11 +392,14 @@ def _model(gpus: list[_Gpu], notes: list[str]) -> str | None:
     return models[0]
 
 
-def _summary(root: ET.Element, gpus: list[_Gpu], model, nics, switch: list[int], linked: dict) -> str:
+def _summary(root: ET.Element, gpus: list[_Gpu], model, nics, switch: list[int], linked: dict,
+             class_only: bool) -> str:
     rccl = any(g.el.get("gcn") is not None for g in gpus) or any(k == "xgmi" for k, _, _ in linked.values())
     pci_id = _pci_id(gpus[0].pci)
     shown = model if model == pci_id or pci_id is None else f"{model}, PCI id {pci_id}"
-    parts = [f"{len(gpus)} GPUs ({shown or 'model not stated'})", f"{len(nics)} NIC{'' if len(nics) == 1 else 's'}"]
+    listed = " by PCI class only" if class_only else ""
+    parts = [f"{len(gpus)} GPUs{listed} ({shown or 'model not stated'})",
+             f"{len(nics)} NIC{'' if len(nics) == 1 else 's'}"]
     if any(switch):
         per = str(switch[0]) if len(set(switch)) == 1 else "/".join(map(str, switch))
         parts.append(f"{per} NVSwitch links per GPU")

@@ -6,6 +6,14 @@ optional ``Legend:`` and ``NIC Legend:`` (``NIC0: mlx5_0``). Cells are separated
 the paste lost them, by runs of two or more spaces. The GPU rows are authoritative: NIC rows are
 only compared with them (a disagreement becomes a note, not an error).
 
+Some drivers print a GPU row's last link cell and its CPU Affinity with no separator
+(``PHB0-115``, ``X0-15``, ``NV120-63``). When the header has affinity columns and that cell is not
+a path type by itself, it is read as a path type followed by the affinity. ``NV#`` followed by
+digits can split more than one way (``NV120-63``: NV1 + 20-63 or NV12 + 0-63); the transposed
+cell, which the matrix's symmetry makes equal, picks the reading, and a cell still ambiguous is
+refused in one line. A cell that is a path type by itself (``NV120``) is split only when another
+row's cell shows the output runs cells together and the transposed cell agrees with the split.
+
 >>> text = "\\tGPU0\\tGPU1\\tCPU Affinity\\tNUMA Affinity\\nGPU0\\t X \\tNV4\\t0-23\\t0\\nGPU1\\tNV4\\t X \\t0-23\\t0\\n"
 >>> m = read_nvidia_smi(text, "topo.txt")
 >>> m.gpus, m.path(0, 1).links, m.numa, m.notes
@@ -28,6 +36,8 @@ _NIC_LEGEND = re.compile(r"\s*(NIC[0-9]+)\s*:(.*\S)")
 _FIRST_INT = re.compile(r"\s*([0-9]{1,9})(?![0-9])")
 _TRAILING = re.compile(r"affinity|numa", re.IGNORECASE)
 _NOT_A_MATRIX = "not an nvidia-smi topo -m matrix (no GPU0 column header)"
+_AFFINITY = re.compile(r"[0-9][0-9,-]*|N/A")  # a CPU Affinity value as printed after a link cell
+_SELF_JOINED = re.compile(r"X(?:[0-9][0-9,-]*|N/A)")  # the diagonal X run into the affinity
 
 
 @dataclass(frozen=True)
@@ -55,11 +65,16 @@ def _split(line: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 def _is_header(cells: tuple[str, ...]) -> bool:
     named = [cell for cell in cells if cell]
-    return bool(named) and named[0] == "GPU0" and "X" not in named
+    return bool(named) and named[0] == "GPU0" and not _has_self(tuple(named))
 
 
 def _clean_lines(text: str) -> list[str]:
     return [_ANSI.sub("", line) for line in text.splitlines()]
+
+
+def _has_self(cells: tuple[str, ...]) -> bool:
+    """The row holds the diagonal X (alone, or run into the affinity: ``X0-15``)."""
+    return any(cell == "X" or _SELF_JOINED.fullmatch(cell) for cell in cells)
 
 
 def _find_header(lines: list[str]) -> int | None:
@@ -69,7 +84,7 @@ def _find_header(lines: list[str]) -> int | None:
         cells = _split(line)[0]
         if _is_header(cells):
             header = k
-        elif header is not None and _GPU.fullmatch(cells[0] if cells else "") and "X" in cells:
+        elif header is not None and _GPU.fullmatch(cells[0] if cells else "") and _has_self(cells):
             return header
     return None
 
@@ -153,6 +168,81 @@ def _code(cell: str, at: str, diagonal: bool, nic: bool, where: str) -> str:
     raise InputError(f"{where}: {at}: unknown link code {_show(cell)}")
 
 
+def _is_path_type(code: str, diagonal: bool, nic: bool) -> bool:
+    if diagonal:
+        return code == "X"
+    return _level(code) in PCIE_LEVELS or (not nic and _NV.fullmatch(code) is not None)
+
+
+def _readings(cell: str, diagonal: bool, nic: bool) -> list[tuple[str, str]]:
+    """The ways to read ``cell`` as (path type, CPU affinity run into it); ("PHB", "") for a plain cell."""
+    out = []
+    for cut in range(1, len(cell) + 1):
+        code, rest = cell[:cut], cell[cut:]
+        if _is_path_type(code, diagonal, nic) and (not rest or _AFFINITY.fullmatch(rest)):
+            out.append((code, rest))
+    return out
+
+
+def _transposed(rows: dict, k: int, c: int, header: _Header) -> str | None:
+    """The cell that symmetry makes equal to row GPU<k>, column c (None for NIC columns)."""
+    if c == k or c >= header.gpus or c not in rows or len(rows[c][0]) <= 1 + k:
+        return None
+    return rows[c][0][1 + k]
+
+
+def _last_cell(k: int, rows: dict, header: _Header) -> str | None:
+    """Row GPU<k>'s last link/NIC cell when an affinity column could have run into it, else None."""
+    cells = rows[k][0]
+    width = header.gpus + len(header.nics)
+    if not header.extra or len(cells) <= width or not cells[width]:
+        return None
+    return cells[width]
+
+
+def _plainly_joined(k: int, rows: dict, header: _Header) -> bool:
+    """Row GPU<k>'s last link cell is no path type by itself but a path type followed by an affinity."""
+    cell, c = _last_cell(k, rows, header), header.gpus + len(header.nics) - 1
+    if cell is None:
+        return False
+    readings = _readings(cell, c == k, c >= header.gpus)
+    return bool(readings) and (cell, "") not in readings
+
+
+def _unjoin_row(k: int, rows: dict, header: _Header, joined: bool, where: str):
+    """Row GPU<k> with its last link cell split from the CPU affinity run into it (unchanged when
+    there is nothing to split). A cell that is a path type by itself is split only when ``joined``
+    (some row's cell can only be read as run together) and the transposed cell disagrees with it
+    but agrees with one split."""
+    cells, starts = rows[k]
+    cell = _last_cell(k, rows, header)
+    if cell is None:
+        return cells, starts
+    width = header.gpus + len(header.nics)
+    c = width - 1
+    readings = _readings(cell, c == k, c >= header.gpus)
+    other = _transposed(rows, k, c, header)
+    agreeing = [r for r in readings if other is not None and _level(r[0]) == _level(other)]
+    if (cell, "") in readings:
+        if not joined or not agreeing or (cell, "") in agreeing:
+            return cells, starts
+        chosen = agreeing
+    else:
+        chosen = agreeing or readings
+    if len(chosen) != 1:
+        if len(chosen) > 1:
+            options = " or ".join(f"{code} + {rest}" for code, rest in chosen)
+            name = f"GPU{c}" if c < header.gpus else header.nics[c - header.gpus]
+            raise InputError(f"{where}: row GPU{k}, column {name}: {_show(cell)} runs a link code into the CPU "
+                             f"affinity and reads as {options}; the transposed cell does not settle it")
+        return cells, starts  # no reading: _code names the cell
+    code, rest = chosen[0]
+    cells = cells[:width] + (code, rest) + cells[width + 1:]
+    if starts:
+        starts = starts[:width + 1] + (starts[width] + len(code),) + starts[width + 1:]
+    return cells, starts
+
+
 def _gpu_codes(k: int, cells: tuple[str, ...], header: _Header, where: str) -> tuple[str, ...]:
     """Row GPU<k>'s link and NIC cells as path types."""
     width = header.gpus + len(header.nics)
@@ -230,6 +320,10 @@ def read_nvidia_smi(text: str, where: str) -> MachineDescription:
         if k not in gpu_rows:
             cut = "" if any(j > k for j in gpu_rows) else ": the matrix is cut off"
             raise InputError(f"{where}: row GPU{k} is missing{cut}")
+    joined_somewhere = any(_plainly_joined(k, gpu_rows, header) for k in range(n))
+    split = {k: _unjoin_row(k, gpu_rows, header, joined_somewhere, where) for k in range(n)}
+    joined = [k for k in range(n) if len(split[k][0]) != len(gpu_rows[k][0])]
+    gpu_rows = split
     codes = [_gpu_codes(k, gpu_rows[k][0], header, where) for k in range(n)]
     pairs = _pairs(codes, where)
     legend = {m.group(1): m.group(2).strip() for line in lines[start + 1:] if (m := _NIC_LEGEND.match(line))}
@@ -238,4 +332,16 @@ def read_nvidia_smi(text: str, where: str) -> MachineDescription:
     numa, numa_note = _numa([_extras(*gpu_rows[k], header) for k in range(n)], header)
     summary = f"nvidia-smi topo -m: {n} GPU{'s' if n != 1 else ''}, {len(nics)} NIC{'s' if len(nics) != 1 else ''}"
     return MachineDescription("nvidia-smi", n, pairs, nics=nics, numa=numa,
-                              notes=(summary,) + numa_note + _nic_note(nic_rows, nics, header))
+                              notes=(summary,) + _joined_note(joined, gpu_rows, header) + numa_note
+                              + _nic_note(nic_rows, nics, header))
+
+
+def _joined_note(joined: list[int], gpu_rows: dict, header: _Header) -> tuple[str, ...]:
+    """A note naming the rows whose last link cell ran into the CPU Affinity."""
+    if not joined:
+        return ()
+    width = header.gpus + len(header.nics)
+    k = joined[0]
+    cell = gpu_rows[k][0][width] + gpu_rows[k][0][width + 1]
+    return (f"nvidia-smi topo -m: {len(joined)} GPU row(s) print the last link cell and the CPU Affinity with no "
+            f"separator (first: row GPU{k}, {cell!r}): read as {gpu_rows[k][0][width]} + {gpu_rows[k][0][width + 1]}",)

@@ -59,9 +59,11 @@ def read_text_file(path: str | Path) -> str:
 
 
 def import_text(text: str, where: str, fmt: str = "auto", gpu: str | None = None, nic_gbps: float | None = None,
-                nodes: int = 1, name: str | None = None, cpu: str | None = None) -> Topology:
+                nodes: int = 1, name: str | None = None, cpu: str | None = None,
+                nvlink: str | None = None) -> Topology:
     """The synth.topology the tool output ``text`` describes (``nodes`` > 1: that many copies joined
-    through their NICs, as ``NAMExK``)."""
+    through their NICs, as ``NAMExK``). ``nvlink`` (switch, none): for NCCL topology files that list
+    GPUs by PCI class only, whether the GPUs sit on an NVSwitch or have no NVLink."""
     from synth.importers.build import build_topology
 
     if fmt not in FORMATS:
@@ -72,7 +74,7 @@ def import_text(text: str, where: str, fmt: str = "auto", gpu: str | None = None
                          "(give --format if it is one of them)")
     desc = _readers()[found][1](text, where)
     base = name or _name_of(where)
-    topo = build_topology(desc, base, where, gpu=gpu, nic_gbps=nic_gbps, cpu=cpu)
+    topo = build_topology(desc, base, where, gpu=gpu, nic_gbps=nic_gbps, cpu=cpu, nvlink=nvlink)
     if nodes != 1:
         from synth.core.compose import compose
 

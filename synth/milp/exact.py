@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -432,15 +433,21 @@ def best_exact(
     max_binaries: int = MAX_BINARIES,
     progress: Callable[[str], None] = _stderr,
     rotation: tuple[int, ...] | None = None,
+    budget: float | None = None,
 ) -> BestExact:
     """The least step-model time at ``size_bytes`` over C = 1..max_chunks chunks per rank and
     S = steps bound .. max_steps (default: steps bound + 2).
+
+    ``time_limit`` bounds each instance; ``budget`` (seconds, None: no limit) the whole search:
+    once it is spent the remaining instances are skipped (reported "skipped"), so a machine whose
+    instances are hard costs at most the budget, not instances x time_limit.
 
     Instances with more than ``max_binaries`` binaries are skipped (reported "skipped"). With
     ``objective="time"`` each instance after the first is asked only for schedules faster than
     the best so far (a cutoff), so "no better" is a proof that it cannot win. One progress line
     per attempt on stderr. Allreduce: for each C the best reduce_scatter + the best allgather.
     """
+    clock = _Budget(budget)
     if collective_name == "allreduce":
         coll = make_collective("allreduce", topology.ranks)
         bound_us = lower_bounds(topology, coll).time_us(size_bytes)
@@ -448,7 +455,7 @@ def best_exact(
         attempts: list[Attempt] = []
         for chunks in range(1, max_chunks + 1):
             parts = [_search(topology, name, None, size_bytes, [chunks], max_steps, time_limit, solver,
-                             objective, max_binaries, progress, attempts, rotation)
+                             objective, max_binaries, progress, attempts, rotation, clock)
                      for name in ("reduce_scatter", "allgather")]
             if any(p is None for p in parts):
                 continue
@@ -465,13 +472,24 @@ def best_exact(
     base = make_collective(collective_name, topology.ranks, root=root)
     attempts = []
     found = _search(topology, collective_name, root, size_bytes, [1] if fixed else range(1, max_chunks + 1),
-                    max_steps, time_limit, solver, objective, max_binaries, progress, attempts, rotation)
+                    max_steps, time_limit, solver, objective, max_binaries, progress, attempts, rotation, clock)
     return BestExact(None if found is None else found[1], None if found is None else found[0],
                      lower_bounds(topology, base).time_us(size_bytes), tuple(attempts))
 
 
+class _Budget:
+    """Seconds left of a search's budget (None: unlimited)."""
+
+    def __init__(self, seconds: float | None):
+        self.deadline = None if seconds is None else time.perf_counter() + seconds
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.perf_counter()
+
+
 def _search(topology, name, root, size_bytes, chunk_counts, max_steps, time_limit, solver, objective,
-            max_binaries, progress, attempts, rotation=None) -> tuple[float, Schedule] | None:
+            max_binaries, progress, attempts, rotation=None,
+            clock: _Budget | None = None) -> tuple[float, Schedule] | None:
     best: tuple[float, Schedule] | None = None
     floor = lower_bounds(topology, make_collective(name, topology.ranks, root=root)).time_us(size_bytes)
     for chunks in chunk_counts:
@@ -485,8 +503,14 @@ def _search(topology, name, root, size_bytes, chunk_counts, max_steps, time_limi
                 attempts.append(Attempt(chunks, steps, "skipped", 0.0, None))
                 progress(f"{label}: skipped ({size} binaries > {max_binaries})")
                 continue
+            left = None if clock is None else clock.left()
+            if left is not None and left <= 0:
+                attempts.append(Attempt(chunks, steps, "skipped", 0.0, None))
+                progress(f"{label}: skipped (the search's budget is spent)")
+                continue
             cutoff = best[0] if best is not None and objective == "time" else None
-            result = exact_schedule(topology, coll, steps, size_bytes, time_limit, solver, objective,
+            limit = time_limit if left is None else min(time_limit, left)
+            result = exact_schedule(topology, coll, steps, size_bytes, limit, solver, objective,
                                     cutoff=cutoff, rotation=rotation)
             status = "no better" if cutoff is not None and result.status == "infeasible" else result.status
             attempts.append(Attempt(chunks, steps, status, result.seconds, result.time_us))

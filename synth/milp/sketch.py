@@ -321,7 +321,7 @@ def check_sketch(sketch: Sketch, topology: Topology, where: str = "sketch") -> N
                              "peers a GPU has in its machine")
         problem = switch_problem(topology)
         if problem:
-            raise InputError(f"{where}: intra.mode: 'switch' needs every machine to be an NVSwitch box; {problem}")
+            raise InputError(f"{where}: intra.mode: 'switch' needs every GPU's links inside its machine in one port group (an NVSwitch or PCIe switch); {problem}")
     _check_relay(sketch.relay, topology, machines, where)
     if sketch.symmetry is not None:
         _check_symmetry(sketch, topology, machines, where)
@@ -417,6 +417,21 @@ def switch_problem(topology: Topology) -> str | None:
     return None
 
 
+SWITCHED = {"nvlink": "every machine is an NVSwitch box: each GPU reaches its peers through one NVSwitch port",
+            "pcie": "a PCIe machine: each GPU reaches its peers through its one PCIe link",
+            "xgmi": "each GPU reaches its peers through one switch port (xGMI)"}
+
+
+def switched_machine(topology: Topology) -> str:
+    """What a switched machine (``switch_problem`` is None) is made of, in words, from its
+    links' kinds inside machines."""
+    machine = topology.machine_of
+    kinds = {link.kind for link in topology.links if machine[link.src] == machine[link.dst]}
+    if len(kinds) == 1 and (kind := kinds.pop()) in SWITCHED:
+        return SWITCHED[kind]
+    return "each GPU reaches its peers through one port group"
+
+
 # ---------------------------------------------------------------------- the default sketch
 EXACT_RANKS = 16  # one machine this small also gets the exact time-expanded MILP (synth.milp.exact)
 EXACT_CHUNKS = 6  # pieces per rank it tries at most by default (C = 6 closes in seconds on ndv2)
@@ -438,7 +453,7 @@ def default_sketch(topology: Topology, collective: str | None = None,
     problem = switch_problem(topology)
     if problem is None:
         intra = Intra("switch", "many-peers")
-        reasons.append("intra: switch, many-peers (every machine is an NVSwitch box)")
+        reasons.append(f"intra: switch, many-peers ({switched_machine(topology)})")
     else:
         intra = Intra()
         reasons.append(f"intra: links (no NVSwitch: {problem})")

@@ -37,6 +37,7 @@ from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.cost import format_size, simulate_us, step_time_us
 from synth.core.orbits import Quotient
+from synth.core.planning import on_machine, planning_view
 from synth.core.symmetry import chunk_permutation
 from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
 from synth.verify import verify
@@ -86,8 +87,9 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
     options = options or MilpOptions()
     say = progress or (lambda line: None)
     if not topology.rounds_apply:
-        raise InputError(f"{topology.name}: link capacities are not whole numbers; the MILP router needs "
-                         "them (give links an integer 'capacity')")
+        view = planning_view(topology)
+        say(view.sources[-1])
+        return _on_machine(synthesize(view, collective, sketch, options, root, progress), topology)
     coll = _collective(topology, collective, root, sketch)
     clock = _Clock()
     generators = sketch.symmetry_generators(topology)
@@ -115,7 +117,8 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         started = time.perf_counter()
         found = best_exact(topology, collective, sketch.size, max_chunks=sketch.chunk_up,
                            time_limit=options.time_limit or 60.0, solver=options.solver, root=root,
-                           progress=lambda line: None, rotation=sketch.rank_rotation(topology))
+                           progress=lambda line: None, rotation=sketch.rank_rotation(topology),
+                           budget=options.time_limit or 60.0)
         clock.exact += time.perf_counter() - started
         exact_line = _exact_line(found, clock.exact)
         if found.schedule is not None and found.time_us < _time_us(joined, quotient, sketch.size) - 1e-9:
@@ -167,6 +170,21 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
     return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact,
                                                      clock.verify),
                         sketch.size, took, simulated, bound, plans)
+
+
+def _on_machine(result: RouterResult, topology: Topology) -> RouterResult:
+    """A result planned on ``planning_view(topology)`` put back on the machine, verified there;
+    times are the view's (the same bandwidths), the bound is the machine's own."""
+    schedule = on_machine(result.schedule, topology)
+    problems = verify(schedule)
+    if problems:
+        raise RuntimeError(f"the schedule planned with whole capacities is invalid on the machine (a bug): "
+                           f"{problems[0]}")
+    bound = lower_bounds(topology, schedule.collective).time_us(result.size)
+    percent = round(100.0 * bound / result.time_us, 2) if result.time_us > 0 else 100.0
+    schedule = schedule.with_meta(bound_us=round(bound, 4), percent_of_bound=percent,
+                                  planning="capacities rounded to whole chunks per round")
+    return replace(result, schedule=schedule, bound_us=bound)
 
 
 PROGRESS_SECONDS = 5.0  # a stage running longer than this reports how far it is, this often

@@ -57,11 +57,28 @@ class Candidate:
 
 
 def synthesized(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1) -> list[Candidate]:
-    """SMT frontier points on one small machine, else MILP router results at ROUTER_SIZES
-    (with ``jobs`` > 1 those run side by side, each in its own process: the same results)."""
-    if topology.machine_count == 1 and topology.ranks <= SMT_RANKS:
+    """SMT frontier points on one small machine with whole capacities, else MILP router results
+    at ROUTER_SIZES (with ``jobs`` > 1 those run side by side, each in its own process: the same
+    results). The choice and its reason are said first."""
+    backend, why = synthesis_backend(topology)
+    say(f"{topology.name} {collective}: synthesizing with {backend} ({why})")
+    if backend == "smt":
         return _smt(topology, collective, time_limit, say, jobs)
     return _milp(topology, collective, time_limit, say, jobs)
+
+
+def synthesis_backend(topology: Topology) -> tuple[str, str]:
+    """The backend a report synthesizes with, and why: the SMT frontier where k-synchronous
+    rounds apply on one machine of at most SMT_RANKS ranks, else the MILP router."""
+    from synth.core.planning import not_whole
+
+    if topology.machine_count > 1:
+        return "milp", f"{topology.machine_count} machines"
+    if topology.ranks > SMT_RANKS:
+        return "milp", f"{topology.ranks} ranks, more than the SMT frontier's {SMT_RANKS}"
+    if not topology.rounds_apply:
+        return "milp", f"{not_whole(topology)}: rounds do not apply, the router plans on rounded capacities"
+    return "smt", f"one machine of {topology.ranks} ranks with whole capacities: the exact frontier"
 
 
 def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Candidate]:
@@ -177,7 +194,7 @@ def nccl_candidates(topology: Topology, collective: str, sizes: list[int]) -> li
         except BaselineNotApplicable:
             continue
         for label, schedule in variants:
-            what = label.replace(" ", "-").replace("=", "")
+            what = label.replace(" pieces=", "-C")  # the file names of earlier reports
             out.append(Candidate(label, "nccl", schedule, _file(collective, topology, what), None,
                                  len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank))
     return out
@@ -185,11 +202,13 @@ def nccl_candidates(topology: Topology, collective: str, sizes: list[int]) -> li
 
 def _variants(entry, topology: Topology, collective: str, sizes: list[int]) -> list[tuple[str, Schedule]]:
     """(label, schedule) per distinct variant of a (possibly sized) NCCL algorithm over ``sizes``,
-    each built once with the chunking its ``choices`` picks somewhere on the grid."""
+    each built once with the chunking its ``choices`` picks somewhere on the grid. The label
+    says ``pieces=N``: NCCL's pipelining depth per channel, not the chunks per rank of a C column."""
     picks = entry.choices(topology, collective, None, sizes) if entry.choices else None
     if not picks:
         return [(entry.name, entry.make(topology, collective))]
-    return [(f"{entry.name} C={c}", entry.make(topology, collective, None, c)) for c in sorted(set(picks.values()))]
+    return [(f"{entry.name} pieces={c}", entry.make(topology, collective, None, c))
+            for c in sorted(set(picks.values()))]
 
 
 def from_frontier_dir(folder: str | Path, topology: Topology, collective: str) -> list[Candidate]:

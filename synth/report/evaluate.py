@@ -113,17 +113,43 @@ def bounds_of(topology: Topology, collective, terms: RuntimeTerms | None):
     return runtime_bounds(topology, collective, terms)
 
 
+def collective_bounds(topology: Topology, collective: str, terms: RuntimeTerms | None):
+    """The bounds of ``collective`` itself (one chunk per rank, as ``make_collective`` builds it):
+    the one bound every row at a size is measured against, whatever its own chunking."""
+    return bounds_of(topology, make_collective(collective, topology.ranks), terms)
+
+
 def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
-             terms: RuntimeTerms | None = None) -> list[Evaluation]:
+             terms: RuntimeTerms | None = None, collective: str | None = None) -> list[Evaluation]:
+    """Every candidate's cost rows. ``bound_time_us``/``bound_fraction`` are the collective's
+    bound at the size (``collective_bounds``: the same for every row at a size);
+    ``own_chunking_bound_time_us``/``own_chunking_bound_fraction`` are the bound of the
+    schedule's own chunking (what ``synth cost`` prints), which can be higher.
+    ``collective``: its name as given (default: the first candidate's collective's name)."""
+    if not candidates:
+        return []
+    reference = collective_bounds(topology, collective or candidates[0].schedule.collective.name, terms)
+    own: dict[Any, Any] = {}
     out = []
-    bounds: dict[str, Any] = {}
     for c in candidates:
         coll = c.schedule.collective
         key = (coll.name, coll.chunks, coll.root)
-        if key not in bounds:
-            bounds[key] = bounds_of(topology, coll, terms)  # as ``synth cost`` does
-        out.append(Evaluation(c, tuple(cost_rows(c.schedule, sizes, bounds[key], "best", terms)),
-                              tuple(cost_rows(c.schedule, TABLE_SIZES, bounds[key], "best", terms))))
+        if key not in own:
+            own[key] = bounds_of(topology, coll, terms)  # as ``synth cost`` does
+        rows = _with_own_bound(cost_rows(c.schedule, sizes, reference, "best", terms), own[key])
+        table = _with_own_bound(cost_rows(c.schedule, TABLE_SIZES, reference, "best", terms), own[key])
+        out.append(Evaluation(c, tuple(rows), tuple(table)))
+    return out
+
+
+def _with_own_bound(rows: list[dict[str, Any]], own) -> list[dict[str, Any]]:
+    """``rows`` with the bound of the schedule's own chunking added beside the collective's."""
+    out = []
+    for row in rows:
+        limit = own.time_us(row["size"])
+        step = row["step_time_us"]
+        out.append({**row, "own_chunking_bound_time_us": limit,
+                    "own_chunking_bound_fraction": limit / step if step > 0 else None})
     return out
 
 
@@ -152,7 +178,7 @@ def nccl_model_points(topology: Topology, collective: str, sizes: list[int], cal
 def bound_rows(topology: Topology, collective: str, sizes: list[int],
                terms: RuntimeTerms | None = None) -> list[dict[str, float]]:
     coll = make_collective(collective, topology.ranks)
-    bounds = bounds_of(topology, coll, terms)
+    bounds = collective_bounds(topology, collective, terms)
     rows = []
     for size in sizes:
         t = bounds.time_us(size)

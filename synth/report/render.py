@@ -6,10 +6,95 @@ import csv
 import io
 from typing import Any
 
+from dataclasses import dataclass
+
 from synth.cost import format_size
 from synth.exporters.selection import SELECTION_FORMAT
-from synth.report.evaluate import TABLE_SIZES, Evaluation, Shortfall, Winner
+from synth.report.evaluate import TABLE_SIZES, Evaluation, ModelPoint, Shortfall, Winner
 
+LEVEL = 0.02  # a speedup within this fraction of 1 reads "level"
+
+
+@dataclass(frozen=True)
+class SizePoint:
+    """At one grid size: the selected schedule (the fastest of all, as selection.json picks it)
+    and what NCCL takes there (the lower of its schedules and the runtime model, as "vs NCCL")."""
+
+    size: int
+    selected: str
+    protocol: str
+    selected_us: float
+    nccl: str | None
+    nccl_us: float | None
+
+    @property
+    def speedup(self) -> float | None:
+        """NCCL's time over the selection's (> 1: the selection is faster)."""
+        return None if self.nccl_us is None else self.nccl_us / self.selected_us
+
+
+def size_points(doc: dict[str, Any]) -> list[SizePoint]:
+    """One SizePoint per grid size of a report document (report.json), the same figures as its
+    "fastest" ranges: ties go to the first label, as ``evaluate.winners`` breaks them."""
+    model = doc.get("nccl_model")
+    out = []
+    for i, size in enumerate(doc["sizes"]):
+        best = min(doc["schedules"], key=lambda e: (e["rows"][i]["step_time_us"], e["label"]))
+        out.append(SizePoint(size, best["label"], best["rows"][i]["protocol"], best["rows"][i]["step_time_us"],
+                             *_nccl_point(doc["schedules"], None if model is None else model[i], i)))
+    return out
+
+
+def _nccl_point(schedules: list[dict], model: dict | None, index: int) -> tuple[str | None, float | None]:
+    """(label, time) of NCCL's fastest schedule at ``index``, or the runtime model's where lower."""
+    nccl = [e for e in schedules if e["kind"] == "nccl"]
+    options = []
+    if nccl:
+        best = min(nccl, key=lambda e: (e["rows"][index]["step_time_us"], e["label"]))
+        options.append((best["label"], best["rows"][index]["step_time_us"]))
+    if model is not None:
+        options.append((ModelPoint(**model).label, model["time_us"]))
+    return min(options, key=lambda o: o[1]) if options else (None, None)
+
+
+def compare_text(speedup: float) -> str:
+    """``1.32x faster``, ``level`` (within LEVEL) or ``1.15x slower``.
+
+    >>> compare_text(1.318), compare_text(0.99), compare_text(0.8)
+    ('1.32x faster', 'level', '1.25x slower')
+    """
+    if 1 / (1 + LEVEL) <= speedup <= 1 + LEVEL:
+        return "level"
+    return f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
+
+
+def verdict_sizes(sizes: list[int]) -> list[int]:
+    """The table sizes (1K, 1M, 1G) on the grid; else its smallest and largest size."""
+    on_grid = [s for s in TABLE_SIZES if s in sizes]
+    return on_grid or sorted({sizes[0], sizes[-1]})
+
+
+def costing_text(calibration: str | None) -> str:
+    """Which model the times are under, as the verdict names it."""
+    if calibration is None:
+        return "contract model"
+    return "default calibration" if calibration == "default" else f"calibration {calibration}"
+
+
+def verdict(topology_name: str, collective: str, points: list[SizePoint], calibration: str | None) -> str:
+    """One line: the selection against NCCL at the verdict sizes, e.g. ``dgx1 allgather: synth's
+    selection is 1.32x faster than NCCL at 1K, 1.13x faster at 1M, level at 1G (default
+    calibration)``; sizes where nothing stands for NCCL are left out."""
+    wanted = verdict_sizes([p.size for p in points])
+    parts = [(p.size, compare_text(p.speedup)) for p in points if p.size in wanted and p.speedup is not None]
+    head = f"{topology_name} {collective}: "
+    tail = f" ({costing_text(calibration)})"
+    if not parts:
+        return head + "no NCCL schedule to compare synth's selection with" + tail
+    (size, first), rest = parts[0], parts[1:]
+    lead = "level with NCCL" if first == "level" else f"{first} than NCCL"
+    words = [f"{lead} at {format_size(size)}"] + [f"{text} at {format_size(s)}" for s, text in rest]
+    return head + "synth's selection is " + ", ".join(words) + tail
 
 
 def _us(x: float) -> str:
@@ -40,15 +125,20 @@ def _model_text(bounds: dict[str, Any], costing: dict[str, Any]) -> str:
 
 def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evaluations: list[Evaluation],
              picks: list[Winner], sizes: list[int], short: list[Shortfall] = (),
-             costing: dict[str, Any] | None = None) -> str:
+             costing: dict[str, Any] | None = None, verdict_line: str | None = None) -> str:
+    """report.md: the verdict line, the model and bounds, how to read the columns (once), the
+    schedules, the fastest schedule by size and where synthesis is slower than NCCL."""
     costing = costing or {}
     lines = [f"# {collective} on {topology_name}", ""]
+    if verdict_line:
+        lines += [f"**{verdict_line}**", ""]
     lines.append(f"Lower bounds: steps >= {bounds['steps']}, rounds per chunk >= {bounds['rounds_per_chunk']}, "
                  f"{_model_text(bounds, costing)}, every schedule at its fastest protocol per size (Simple, LL128 "
                  f"or LL), named beside each time; the event simulation is in report.csv. "
                  f"Sizes: {format_size(sizes[0])}..{format_size(sizes[-1])}, log-spaced. Kinds: smt/milp are "
                  f"synthesized, nccl is what NCCL runs (its fastest at a size is the `nccl` baseline), "
                  f"baseline is a classic algorithm.")
+    lines += ["", *reading_notes(costing.get("nccl_model") is not None)]
     lines += ["", "## Schedules", ""]
     head = "| schedule | kind | S | R | C | " + " | ".join(f"time @{format_size(s)} us" for s in TABLE_SIZES)
     head += f" | busbw @{format_size(TABLE_SIZES[-1])} GB/s | % of bound @{format_size(TABLE_SIZES[-1])} | solve s | file |"
@@ -70,14 +160,9 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         lines.append(f"| {_span_text(w.min_bytes, w.max_bytes)} | {w.label} | {w.protocol} | "
                      f"{_speed(w.nccl_speedup, w.nccl_speedup_max)} | {w.nccl or '-'} | "
                      f"{_speed(w.speedup, w.speedup_max)} | {w.best_baseline or '-'} |")
-    lines += ["", "Ranges are [low, high) in bytes; a speedup is the other schedule's time over the fastest "
-              "one's, least to most over the range's grid sizes (1.00x: it is the fastest itself). "
-              "\"vs NCCL\" compares with the fastest schedule NCCL runs at that size (ring, tree, PAT or "
-              "point-to-point, channels and protocol included)"
-              + ("" if costing.get("nccl_model") is None else
-                 ", or with what the runtime model fitted to measured nccl-tests runs says NCCL takes there "
-                 "(\"NCCL as modelled\") where that is less")
-              + "; \"best baseline\" with the fastest non-synthesized schedule of any kind.", ""]
+    lines += ["", "Ranges are [low, high); a speedup is the other schedule's time over the fastest one's, least "
+              "to most over the range's grid sizes (1.00x: it is the fastest itself); \"NCCL\" as in *How to "
+              "read this report*; \"best baseline\" is the fastest non-synthesized schedule of any kind.", ""]
     if any(e.candidate.synthesized for e in evaluations):
         lines += ["## Where synthesis is slower than NCCL", ""]
         if short:
@@ -95,6 +180,34 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
     return "\n".join(lines)
 
 
+def reading_notes(modelled: bool) -> list[str]:
+    """What each column of report.md means, said once (``modelled``: the runtime model of NCCL is
+    part of "NCCL")."""
+    nccl = ("the lower of the fastest schedule NCCL runs at that size (ring, tree, PAT or point-to-point, its "
+            "channels and protocol included) and what the runtime model fitted to measured nccl-tests runs says "
+            "NCCL takes there (\"NCCL as modelled\")" if modelled else
+            "the fastest schedule NCCL runs at that size (ring, tree, PAT or point-to-point, its channels and "
+            "protocol included)")
+    return [
+        "## How to read this report", "",
+        "- **time** (\"step time\", `step_time_us` in report.csv): the alpha-beta step model, each step as long "
+        "as its busiest link; every table, speedup and pick uses it. **sim time** (`sim_time_us`, report.csv "
+        "only): the event-driven simulation, where a transfer starts as soon as its data and link are ready "
+        "instead of at a step boundary; never above the step time, and not used to pick.",
+        "- **% of bound**: the collective's lower-bound time at that size over the schedule's time. Every row at "
+        "a size is measured against the same bound, whatever its chunking (report.csv's "
+        "`own_chunking_bound_*` columns hold the bound of a schedule's own chunking). At small sizes the time is "
+        "almost all per-step latency, while the bound charges only the fewest possible steps at the cheapest "
+        "link latency and one call's latency (or the launch floor), so a schedule of several steps sits well "
+        "below 100% there even when it is the fastest: compare times, not % of bound, below about 1M.",
+        "- **S / R / C**: steps; rounds (each step's length in chunk transfer times, summed: a step of r rounds "
+        "moves up to r chunks over a link); chunks per rank. In `nccl_*` labels, `pieces=N` is NCCL's "
+        "pipelining depth (pieces per channel), not C.",
+        f"- **NCCL** (\"vs NCCL\", the verdict, speedup.png): {nccl}. A speedup is NCCL's time over ours "
+        "(> 1: ours is faster).",
+    ]
+
+
 def _dash(x) -> str:
     return "-" if x is None else str(x)
 
@@ -103,23 +216,32 @@ def csv_text(evaluations: list[Evaluation]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["schedule", "kind", "file", "size", "protocol", "step_time_us", "sim_time_us", "algbw_gbps",
-                     "busbw_gbps", "bound_time_us", "bound_fraction"])
+                     "busbw_gbps", "bound_time_us", "bound_fraction", "own_chunking_bound_time_us",
+                     "own_chunking_bound_fraction"])
     for e in evaluations:
         for r in e.rows:
             writer.writerow([e.candidate.label, e.candidate.kind, e.candidate.file_name, r["size"], r["protocol"],
-                             f"{r['step_time_us']:.6f}", f"{r['sim_time_us']:.6f}", f"{r['algbw_gbps']:.6f}",
-                             f"{r['busbw_gbps']:.6f}", f"{r['bound_time_us']:.6f}", f"{r['bound_fraction']:.6f}"])
+                             *(_num(r.get(key)) for key in CSV_NUMBERS)])
     return out.getvalue()
+
+
+CSV_NUMBERS = ("step_time_us", "sim_time_us", "algbw_gbps", "busbw_gbps", "bound_time_us", "bound_fraction",
+               "own_chunking_bound_time_us", "own_chunking_bound_fraction")
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:.6f}"
 
 
 def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evaluations: list[Evaluation],
              picks: list[Winner], sizes: list[int], bound: list[dict], short: list[Shortfall] = (),
-             costing: dict[str, Any] | None = None) -> dict[str, Any]:
+             costing: dict[str, Any] | None = None, ranks: int | None = None) -> dict[str, Any]:
+    """report.json; ``per_size`` and ``verdict`` are derived from the rest (``with_verdict``)."""
     costing = costing or {}
     model = costing.get("nccl_model")
-    return {
+    return with_verdict({
         "format": "synth.report", "version": 1,
-        "topology": topology_name, "collective": collective, "sizes": sizes, "bounds": bounds,
+        "topology": topology_name, "collective": collective, "ranks": ranks, "sizes": sizes, "bounds": bounds,
         "calibration": costing.get("calibration"),
         "nccl_model": None if model is None else [
             {"size": p.size, "time_us": p.time_us, "algorithm": p.algorithm, "protocol": p.protocol,
@@ -133,7 +255,17 @@ def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         "fastest": [_winner(w) for w in picks],
         "slower_than_nccl": [{"size": s.size, "synthesized": s.synthesized, "synthesized_us": s.synthesized_us,
                               "nccl": s.nccl, "nccl_us": s.nccl_us} for s in short],
-    }
+    })
+
+
+def with_verdict(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with ``per_size`` (the selection and NCCL at every grid size, ``size_points``) and
+    ``verdict`` (the one line) added."""
+    points = size_points(doc)
+    per_size = [{"size": p.size, "selected": p.selected, "protocol": p.protocol, "selected_us": p.selected_us,
+                 "nccl": p.nccl, "nccl_us": p.nccl_us, "nccl_speedup": p.speedup} for p in points]
+    line = verdict(doc["topology"], doc["collective"], points, doc.get("calibration"))
+    return {**doc, "per_size": per_size, "verdict": line}
 
 
 def selection_doc(topology_name: str, collective: str, picks: list[Winner]) -> dict[str, Any]:

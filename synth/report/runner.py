@@ -61,7 +61,7 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     candidates = found + nccl + cand.baselines(topo, collective)
     say(f"{topo.name} {collective}: {len(found)} synthesized, {len(nccl)} NCCL, "
         f"{len(candidates) - len(found) - len(nccl)} classic baselines; evaluating over {len(grid)} sizes")
-    evaluations = prune_extras(evaluate(topo, candidates, grid, terms))
+    evaluations = prune_extras(evaluate(topo, candidates, grid, terms, collective))
     for e in evaluations:
         save_schedule(folder / "schedules" / e.candidate.file_name, e.candidate.schedule)
     model = None if cal is None else nccl_model_points(topo, collective, grid, cal)
@@ -74,13 +74,13 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
         bounds["runtime_busbw_gbps"] = bound_rows(topo, collective, grid[-1:], terms)[0]["busbw_gbps"]
     bound = bound_rows(topo, collective, grid, terms)
     costing = {"calibration": None if terms is None else terms.label, "nccl_model": model}
+    doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound, short, costing, topo.ranks)
     write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid, short,
-                                                     costing))
+                                                     costing, doc["verdict"]))
     write_text_atomic(folder / "report.csv", csv_text(evaluations))
-    doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound, short, costing)
     write_text_atomic(folder / "report.json", dumps(doc))
     write_text_atomic(folder / "selection.json", dumps(selection_doc(topo.name, collective, picks)))
-    plot(evaluations, bound, f"{collective} on {topo.name} ({topo.ranks} GPUs)", folder)
+    plot(doc, folder)
     return doc
 
 
@@ -162,7 +162,8 @@ def index(root: Path, reports=ALL_REPORTS) -> str:
     """results/README.md: one row per report, with the winner at 1 KB, 1 MB and 1 GB."""
     lines = ["# Results", "",
              "Regenerate with `synth report --all` (resumes: finished reports are kept; `--force` redoes them).",
-             "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, selection.json",
+             "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, speedup.png,",
+             "selection.json",
              "and schedules/ (every schedule named in the report; `synth cost` reproduces its numbers).", "",
              "Times are the step model under the runtime terms of the default calibration (docs/cost-model.md), each",
              "schedule at its best protocol; \"vs NCCL\" is the fastest synthesized schedule against what NCCL takes at",

@@ -17,6 +17,7 @@ from synth.bounds.step_lp import HEAD_STEPS, TAIL_STEPS, least_rounds, least_rou
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
+from synth.core.planning import not_whole
 from synth.core.transforms import dual_collective, dual_schedule
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.core.symmetry import schedule_invariant, search_symmetries
@@ -33,10 +34,9 @@ class SmtSession:
         base = make_collective(name, topology.ranks, root=root, chunks=1)
         base.check_on(topology)
         if not topology.rounds_apply:
-            raise InputError(
-                f"{topology.name}: link/group capacities are not whole multiples of the slowest link, "
-                "so k-synchronous rounds do not apply (use the MILP backend)"
-            )
+            raise InputError(f"{topology.name}: {not_whole(topology)}, so k-synchronous rounds (what SMT "
+                             "synthesis counts) do not apply: use --backend milp or greedy, which plan on "
+                             "rounded capacities and cost at the real bandwidths")
         self.name, self.root, self.options = name, root, options
         self.original = topology
         self.direct = direct

@@ -53,7 +53,7 @@ def _selection(folder: Path, rows=RANGES, name: str = "selection.json", **change
 
 
 def _algo(path: Path) -> dict[str, str]:
-    first = path.read_text().splitlines()[0]
+    first = next(line for line in path.read_text().splitlines() if line.startswith("<algo "))
     return dict(re.findall(r'(\w+)="([^"]*)"', first))
 
 

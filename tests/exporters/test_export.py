@@ -95,6 +95,8 @@ def check_xml_shape(text: str) -> None:
     assert text.endswith("\n") and "\t" not in text and "\r" not in text and "'" not in text
     assert not text.startswith("<?")
     lines = text.splitlines()
+    while lines and re.fullmatch(r"<!-- [^<>]* -->", lines[0]):  # comments before <algo> (the target runtime)
+        lines = lines[1:]
     assert lines[0].startswith("<algo ") and lines[-1] == "</algo>"
     step_position = 0
     for line in lines:

@@ -146,3 +146,17 @@ def test_exact_with_a_rotation_is_invariant_under_it():
     for step in result.schedule.steps:
         sends = {(s.chunk, s.src, s.dst) for s in step.sends}
         assert {(image[c], perm[a], perm[b]) for c, a, b in sends} == sends
+
+
+def test_a_spent_budget_skips_the_remaining_instances():
+    """The budget bounds the whole search: with none left every instance is skipped (said so),
+    with enough the same search finds its schedule."""
+    topology = resolve_topology("ring:4")
+    lines: list[str] = []
+    spent = best_exact(topology, "allgather", SIZE, max_chunks=2, time_limit=10, progress=lines.append, budget=0.0)
+    assert spent.schedule is None and spent.attempts
+    assert {a.status for a in spent.attempts} == {"skipped"}
+    assert all("budget is spent" in line for line in lines)
+    found = best_exact(topology, "allgather", SIZE, max_chunks=2, time_limit=10, progress=lambda line: None,
+                       budget=60.0)
+    assert found.schedule is not None and verify(found.schedule) == []

@@ -437,7 +437,8 @@ def test_cli_check_exit_codes_and_json(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["profiles"]["legacy"]["loads"] is True
     assert _cli(["check", str(bad), "--json", "--runtime", "rccl", "--runtime", "executor"]) == 4
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"profiles", "replay"} and list(doc["profiles"]) == ["executor", "rccl"]
+    assert set(doc) == {"profiles", "targets", "replay"} and doc["targets"] == ["executor", "rccl"]
+    assert list(doc["profiles"]) == ["legacy", "executor", "rccl"]  # every verdict shown, the targets judged
     assert doc["profiles"]["rccl"]["loads"] is False
     assert doc["profiles"]["rccl"]["problems"][0].startswith("rejects: line 1: <algo> lacks minBytes")
     assert doc["replay"] == {"correct": True, "problems": []}
