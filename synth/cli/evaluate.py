@@ -208,7 +208,7 @@ def _small_bound(bounds, protocol: str, terms) -> str:
         return (f"the launch cost {terms.launch_us:g} us, or else {b.steps} steps x the smallest alpha "
                 f"{b.alpha_min * terms.latency_scale:.3g} us plus the cheapest protocol's call latency "
                 f"{bounds.call_us:.3g} us; a schedule pays its own steps' alphas and its protocol's latency")
-    steps = f"{bounds.steps} steps x the smallest link alpha {bounds.alpha_min:g} us"
+    steps = f"{bounds.steps} step{'' if bounds.steps == 1 else 's'} x the smallest link alpha {bounds.alpha_min:g} us"
     if protocol == "ideal":
         return f"{steps} (no schedule has fewer steps); more steps or slower links are below 100% there"
     latencies = ", ".join(f"{name} {PROTOCOLS[name].base_us:g}" for name in RUNTIME_PROTOCOLS)

@@ -168,7 +168,7 @@ def _calibrated(args, schedule, options):
     if args.protocol is None:
         name, took = best_protocol(schedule, size, terms)
     else:
-        name = {"Simple": "simple", "LL128": "ll128", "LL": "ll"}[args.protocol]
+        name = args.protocol.lower()  # MSCCL's spelling (Simple, LL128, LL) of a cost-model protocol
         took = step_time_us(schedule, size, name, terms)
     options = replace(options, protocol=msccl_protocol(name))
     wanted = terms.channels(size, name)

@@ -92,7 +92,7 @@ def bound_label(doc: dict[str, Any]) -> str:
     """The bound line's legend: for allreduce it is the reduce-scatter + allgather composition
     bound, which schedules that reduce in flight (trees) can pass."""
     if doc.get("collective") == "allreduce":
-        return "lower bound (reduce-scatter + allgather; trees that reduce in flight can pass it)"
+        return "lower bound (RS + AG; trees may pass it)"
     return "lower bound (collective)"
 
 

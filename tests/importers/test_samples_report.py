@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(ROOT is None, reason="shared/topo-samples not fo
 QUICK = {"nvsmi-t4-4gpu-pcie-1.txt", "nvsmi-rtx3090-2gpu-nvbridge-nv4-1.txt",
          "nvsmi-a100pcie-4gpu-nvbridge-nv12-1.txt", "nccl-topo-a100pcie-2gpu-nccl230-1.xml"}
 SIZES = "1K,1M,1G"
+TIME_LIMIT = "20"  # seconds per solver call, and for the router's exact stage at each size
 
 
 def _cases() -> list:
@@ -30,7 +31,7 @@ def test_every_sample_reports_with_a_verified_synthesized_schedule(tmp_path, nam
     topo = _import(tmp_path, name)
     folder = tmp_path / "report"
     assert main(["report", str(tmp_path / f"{name}.topo.json"), "allreduce", "--sizes", SIZES,
-                 "-o", str(folder)]) == 0
+                 "--time-limit", TIME_LIMIT, "-o", str(folder)]) == 0
     report = json.loads((folder / "report.json").read_text())
     assert_verified_synthesized(report, folder)
     if all(link.kind == "pcie" for link in topo.links):
