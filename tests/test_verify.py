@@ -14,7 +14,7 @@ from synth.core.collectives import allgather, allreduce, broadcast, reduce_scatt
 from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Group, Link, Topology
-from synth.verify import verify
+from synth.verifier import verify
 
 from tests.reference_replay import reference_valid
 from tests.schedule_strategies import MUTATIONS, mutate, valid_schedules
@@ -126,18 +126,35 @@ def test_mutations_are_caught_exactly_when_invalid(schedule, kind, seed):
 @SETTINGS
 @given(valid_schedules(combining=True), st.integers(0, 2**32 - 1))
 def test_duplicated_reduce_is_always_caught(schedule, seed):
+    # a combining schedule reduces every rank's contribution up a tree (2+ ranks): there is
+    # always a reduce to duplicate, so the mutation always applies
+    assert any(send.op == "reduce" for step in schedule.steps for send in step.sends)
     mutated = mutate(schedule, "duplicate_reduce", random.Random(seed))
-    if mutated is not schedule:
-        assert verify(mutated) != []
+    assert mutated is not schedule and mutated.send_count == schedule.send_count + 1
+    assert not reference_valid(mutated)
+    assert verify(mutated) != []
 
 
 @SETTINGS
 @given(valid_schedules(combining=False), st.integers(0, 2**32 - 1))
 def test_dropping_a_needed_send_is_caught(schedule, seed):
-    # a flooding schedule sends only to ranks that lack the chunk, so every needed drop breaks it
-    mutated = mutate(schedule, "drop", random.Random(seed))
-    if not reference_valid(mutated):
-        assert verify(mutated) != []
+    # needed: every send that delivers chunk c to a rank that must end with it and lacks it at
+    # the start; dropping all of them leaves that rank without c, whatever else the flood sends
+    coll = schedule.collective
+    needed = sorted({(s.chunk, s.dst) for step in schedule.steps for s in step.sends
+                     if s.dst in coll.post[s.chunk] and s.dst not in coll.pre[s.chunk]})
+    assert needed  # every non-combining collective moves some chunk to a rank that needs it
+    chunk, dst = random.Random(seed).choice(needed)
+    mutated = Schedule(schedule.topology, coll, tuple(
+        Step(tuple(s for s in step.sends if (s.chunk, s.dst) != (chunk, dst)), step.rounds)
+        for step in schedule.steps))
+    assert not reference_valid(mutated)
+    found = verify(mutated)
+    # the end's "ranks A, B never receive chunk C" names dst
+    never = {int(rank) for v in found if v.step is None and v.kind == "postcondition"
+             and v.message.endswith(f" never receive chunk {chunk}")
+             for rank in v.message.removeprefix("ranks ").split(" never receive ")[0].split(", ")}
+    assert dst in never, [str(v) for v in found]
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])

@@ -12,13 +12,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from synth.core.errors import EXIT_INVALID, EXIT_OK, InputError
-from synth.msccl.files import read_program_file
-from synth.msccl.load_rules import PROFILES, check_profile, check_program, ok
-from synth.program.ir import Program
-from synth.program.replay import ReplayResult, replay
-from synth.program.deps import Problem
+
+# The checker (synth.msccl.load_rules, synth.program.replay: numpy) is imported by the functions that
+# run it, not here: building the parser for another command must not load it. PROFILES is
+# synth.msccl.profiles' table (stdlib only), the one load_rules re-exports.
+from synth.msccl.profiles import PROFILES
+
+if TYPE_CHECKING:
+    from synth.program.ir import Program
+    from synth.program.replay import ReplayResult
+
+
+def __getattr__(name: str):
+    """``Problem`` (in __all__) resolved on first use rather than at import."""
+    if name == "Problem":
+        from synth.program.deps import Problem
+
+        return Problem
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def add_check_parser(sub) -> None:
@@ -58,7 +72,10 @@ class CheckReport:
 def report(path: str, names: list[str] | None = None) -> CheckReport:
     """Check ``path`` against every profile and replay it; ``names`` (else the runtime the file was
     written for, else every profile) are the targets its exit code judges."""
+    from synth.msccl.files import read_program_file
+    from synth.msccl.load_rules import check_profile, check_program, ok
     from synth.msccl.target import written_for
+    from synth.program.replay import replay
 
     program, parsed = read_program_file(path)
     marked = written_for(path, program)

@@ -9,13 +9,14 @@ from synth.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError
 
 def add_synthesis_parsers(sub) -> None:
     """Add ``solve``, ``least-steps`` and ``pareto`` to ``sub``."""
+    from synth import synthesizers
+
     p = sub.add_parser("solve", help="synthesize a schedule: one k-synchronous instance (smt), the sketch-guided "
                                      "MILP router (milp), or a pipelined greedy schedule (greedy)")
     add_problem(p)
-    p.add_argument("--backend", choices=("auto", "smt", "milp", "greedy"), default="auto",
-                   help="smt: exact instance (needs --steps); milp: sketch-guided router for big "
-                        "multi-machine topologies and any bandwidths; greedy: one round per step, many chunks; "
-                        "auto (default): smt when --steps or --rounds is given, else milp")
+    p.add_argument("--backend", choices=(synthesizers.AUTO, *synthesizers.names()), default=synthesizers.AUTO,
+                   help="; ".join(f"{name}: {synthesizers.get(name).summary}" for name in synthesizers.names())
+                        + "; auto (default): the first of these that takes the problem")
     p.add_argument("--size", help="milp/greedy: size S to optimise and report at (default: the sketch's, 1G); "
                                   "smt: the size --calibration reports at (default 1G)")
     p.add_argument("--sketch", help="milp: a synth.sketch v1 file (default: derived, see 'synth sketch show')")
@@ -68,30 +69,85 @@ def _report_unsolved(result, what: str) -> int:
 
 
 def cmd_solve(args) -> int:
-    args.terms = terms_of(args)  # a bad calibration is one line before any search; loaded once
-    if args.backend == "auto":
-        args.backend = "smt" if args.steps is not None or args.rounds is not None else "milp"
-    if args.backend == "greedy":
-        return _solve_greedy(args)
-    if args.backend == "milp":
-        return _solve_milp(args)
-    _reject_milp_options(args)
-    from synth.smt.strategies import solve_instance
+    """One problem through the synthesizer registry: the backend named (or ``auto``), its answer
+    verified there, a summary line, and the schedule."""
+    from synth import synthesizers
 
+    args.terms = terms_of(args)  # a bad calibration is one line before any search; loaded once
     topo = topology_of(args.topology)
-    if args.steps is None:
-        raise InputError("--backend smt needs --steps S (or use least-steps / pareto)")
-    rounds = args.rounds if args.rounds is not None else args.steps
-    if args.steps < 1 or rounds < args.steps or args.chunks < 1:
-        raise InputError("need steps >= 1, rounds >= steps and chunks >= 1")
-    what = f"{args.collective} on {topo.name} with {args.steps} steps, {rounds} rounds, {args.chunks} chunks"
-    result = solve_instance(topo, args.collective, args.root, args.steps, rounds, args.chunks,
-                            args.time_limit, progress)
+    sketch = _sketch_file(args, topo)
+    problem = synthesizers.Problem(topo, args.collective, args.root, args.chunks, args.steps, args.rounds,
+                                   sketch.size if sketch is not None else _size(args))
+    backend = synthesizers.choose(problem, args.backend)
+    _reject_foreign_options(args, backend.name)
+    options = synthesizers.Options(time_limit=args.time_limit, solver=args.solver, gap=args.gap,
+                                   threads=args.threads, sketch=sketch, progress=progress)
+    result = synthesizers.synthesize(problem, options, backend.name)
     if result.schedule is None:
-        return _report_unsolved(result, what)
-    _runtime_line(args, result.schedule)
-    write_or_print(result.schedule.to_dict(), args.output)
+        return _report_unsolved(result, _what(problem))
+    if result.details:
+        progress(_summary_line(problem, result))
+    _runtime_line(args, result.schedule, result.details.get("size"))
+    write_or_print(result.schedule.with_meta(solve_seconds=round(result.seconds, 4)).to_dict(), args.output)
     return 0
+
+
+def _size(args) -> int | None:
+    from synth.cost import parse_size
+
+    return parse_size(args.size) if args.size is not None else None
+
+
+def _sketch_file(args, topo):
+    """The --sketch file's sketch (None without one), checked against --size and --chunks."""
+    if args.sketch is None:
+        return None
+    from synth.cost import format_size
+    from synth.milp.sketch import load_sketch
+
+    sketch = load_sketch(args.sketch, topo)
+    size = _size(args)
+    if size is not None and size != sketch.size:
+        raise InputError(f"--size {args.size} differs from the sketch's size {format_size(sketch.size)}; "
+                         "give one of them")
+    if args.chunks is not None and args.chunks != sketch.chunk_up:
+        raise InputError(f"--chunks {args.chunks} differs from the sketch's chunk_up {sketch.chunk_up}; "
+                         "give one of them")
+    progress(f"sketch: {args.sketch}: " + "; ".join(sketch.describe()))
+    return sketch
+
+
+def _reject_foreign_options(args, backend: str) -> None:
+    """Options only the milp backend reads are errors with the others."""
+    if backend == "milp":
+        return
+    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
+                        ("--threads", args.threads)):
+        if given is not None:
+            raise InputError(f"{flag} applies to --backend milp")
+
+
+def _what(problem) -> str:
+    rounds = problem.steps if problem.rounds is None else problem.rounds
+    return (f"{problem.collective} on {problem.topology.name} with {problem.steps} steps, {rounds} rounds, "
+            f"{problem.chunks or 1} chunks")
+
+
+def _summary_line(problem, result) -> str:
+    """``TOPO COLL BACKEND: N steps, T s; at SIZE: t us = P% of the bound B us`` (and the event
+    simulation and a TIMEOUT flag where the backend gives them)."""
+    from synth.core.schedule import Status
+    from synth.cost import format_size
+
+    d = result.details
+    line = (f"{problem.topology.name} {problem.collective} {result.backend}: {len(result.schedule.steps)} steps, "
+            f"{result.seconds:.1f} s; at {format_size(d['size'])}: {d['time_us']:.1f} us = "
+            f"{d['percent_of_bound']:.1f}% of the bound {d['bound_us']:.1f} us")
+    if "simulated_us" in d:
+        line += f" (event simulation {d['simulated_us']:.1f} us)"
+    if result.status is Status.TIMEOUT:
+        line += " [TIMEOUT: routing plan not proven optimal]"
+    return line
 
 
 def _runtime_line(args, schedule, size: int | None = None) -> None:
@@ -108,85 +164,6 @@ def _runtime_line(args, schedule, size: int | None = None) -> None:
     bound = runtime_bounds(schedule.topology, schedule.collective, terms).time_us(at)
     progress(f"under calibration {terms.label} at {format_size(at)}: {took:.1f} us ({protocol}, "
              f"{terms.channels(at, protocol)} instances) = {100 * bound / took:.1f}% of the runtime bound {bound:.1f} us")
-
-
-def _reject_milp_options(args) -> None:
-    """Options only the milp backend reads are errors elsewhere; chunks default to 1 there."""
-    for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
-                        ("--threads", args.threads)):
-        if given is not None:
-            raise InputError(f"{flag} applies to --backend milp")
-    if args.chunks is None:
-        args.chunks = 1
-
-
-def _solve_milp(args) -> int:
-    import time
-
-    from synth.milp.solver import MilpOptions
-    from synth.cost import format_size, parse_size
-    from synth.milp.synthesize import synthesize
-    from synth.milp.sketch import default_sketch, load_sketch
-
-    if args.steps is not None or args.rounds is not None:
-        raise InputError("--backend milp chooses its own steps and rounds; drop --steps/--rounds")
-    topo = topology_of(args.topology)
-    options = MilpOptions(solver=args.solver or "highs", time_limit=args.time_limit, gap=args.gap,
-                          threads=args.threads)
-    size = parse_size(args.size) if args.size is not None else None
-    if args.sketch is not None:
-        sketch = load_sketch(args.sketch, topo)
-        if size is not None and size != sketch.size:
-            raise InputError(f"--size {args.size} differs from the sketch's size {format_size(sketch.size)}; "
-                             "give one of them")
-        if args.chunks is not None and args.chunks != sketch.chunk_up:
-            raise InputError(f"--chunks {args.chunks} differs from the sketch's chunk_up {sketch.chunk_up}; "
-                             "give one of them")
-        progress(f"sketch: {args.sketch}: " + "; ".join(sketch.describe()))
-    else:
-        sketch, reasons = default_sketch(topo, args.collective, size)
-        if args.chunks is not None:
-            from dataclasses import replace
-
-            sketch = replace(sketch, chunk_up=args.chunks)
-            reasons = [r if not r.startswith("chunk_up") else f"chunk_up: {args.chunks} (--chunks)" for r in reasons]
-        progress(f"sketch: derived default (see 'synth sketch show {topo.name}'): " + "; ".join(reasons))
-    started = time.perf_counter()
-    result = synthesize(topo, args.collective, sketch, options, root=args.root, progress=progress)
-    seconds = time.perf_counter() - started
-    flag = "" if result.status == "solved" else " [TIMEOUT: routing plan not proven optimal]"
-    progress(f"{topo.name} {args.collective} milp: {len(result.schedule.steps)} steps, {seconds:.1f} s; at "
-              f"{format_size(result.size)}: {result.time_us:.1f} us = {result.percent_of_bound:.1f}% of the bound "
-              f"{result.bound_us:.1f} us (event simulation {result.simulated_us:.1f} us){flag}")
-    _runtime_line(args, result.schedule, result.size)
-    write_or_print(result.schedule.with_meta(solve_seconds=round(seconds, 3)).to_dict(), args.output)
-    return 0
-
-
-def _solve_greedy(args) -> int:
-    import time
-
-    from synth.bounds.lower_bounds import lower_bounds
-    from synth.cost import format_size, parse_size, step_time_us
-    from synth.greedy.pipeline import pipelined
-
-    if args.steps is not None or args.rounds is not None:
-        raise InputError("--backend greedy chooses its own steps and rounds; drop --steps/--rounds")
-    _reject_milp_options(args)
-    if args.chunks < 1:
-        raise InputError("--chunks must be >= 1")
-    topo = topology_of(args.topology)
-    size = parse_size(args.size or "1G")
-    started = time.perf_counter()
-    schedule = pipelined(topo, args.collective, args.chunks, args.root)
-    seconds = time.perf_counter() - started
-    bound = lower_bounds(topo, schedule.collective).time_us(size)
-    took = step_time_us(schedule, size)
-    progress(f"{topo.name} {args.collective} greedy (C={args.chunks}): {len(schedule.steps)} steps, "
-              f"{seconds:.2f}s; at {format_size(size)}: {took:.1f} us, {100 * bound / took:.1f}% of the bound")
-    _runtime_line(args, schedule, size)
-    write_or_print(schedule.with_meta(solve_seconds=round(seconds, 4)).to_dict(), args.output)
-    return 0
 
 
 def cmd_least_steps(args) -> int:

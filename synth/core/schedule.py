@@ -147,23 +147,30 @@ def _parse_step(item: Any, index: int, where: str) -> Step:
     return Step(tuple(sends), rounds)
 
 
-class Status(enum.Enum):
-    """How a solve ended. Only INFEASIBLE proves anything negative."""
+class Status(enum.StrEnum):
+    """How a solve ended, for every backend and stage (one vocabulary; what else a backend wants
+    to say, such as "one machine: nothing to route", is a detail beside it). Only INFEASIBLE
+    proves anything negative; TIMEOUT and SKIPPED prove nothing."""
 
-    SOLVED = "solved"
-    INFEASIBLE = "infeasible"
-    TIMEOUT = "timeout"
-    ERROR = "error"
+    SOLVED = "solved"  # an answer: optimal, or what the backend promises (a heuristic's schedule)
+    INFEASIBLE = "infeasible"  # proven: no answer exists (within the question asked)
+    TIMEOUT = "timeout"  # stopped at a time or work limit; maybe an incumbent, nothing proven
+    SKIPPED = "skipped"  # not attempted (too big for the solver, or the search's budget spent)
+    ERROR = "error"  # the solver failed, or said something that cannot be trusted
 
 
 @dataclass(frozen=True)
 class SolveResult:
-    """A solver's answer: status, schedule when SOLVED (or a flagged TIMEOUT incumbent)."""
+    """A solver's answer: status, schedule when SOLVED (or a flagged TIMEOUT incumbent), the
+    backend that gave it, and what else the backend reports (``details``: figures such as the
+    time at the size it optimised for, or "one machine: nothing to route")."""
 
     status: Status
     schedule: Schedule | None = None
     seconds: float = 0.0
     message: str = ""
+    backend: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 def rounds_needed(topology: Topology, sends: Sequence[Send]) -> int | None:

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
-import numpy as np
-
 from synth.core.errors import TopologyError
 
 TOPOLOGY_FORMAT = "synth.topology"
@@ -261,6 +259,8 @@ class Topology:
 
         Breadth first from every rank at once: one boolean matrix product per hop, so a
         thousand ranks over a million links take a second, not a BFS per rank in Python."""
+        import numpy as np  # here, not at module level: importing the model stays free of numpy
+
         n = self.ranks
         adjacency = np.zeros((n, n), dtype=np.float32)
         if self.links:

@@ -36,9 +36,9 @@ the best reduce_scatter followed by the best allgather.
 >>> from synth.core.generators import ring
 >>> from synth.core.collectives import allgather
 >>> r = exact_schedule(ring(4), allgather(4), 2, 1 << 20)
->>> r.status, len(r.schedule.steps), r.schedule.meta["synthesizer"]
+>>> r.status.value, len(r.schedule.steps), r.schedule.meta["synthesizer"]
 ('solved', 2, 'milp-exact')
->>> exact_schedule(ring(4), allgather(4), 1, 1 << 20).status  # 2 hops needed
+>>> exact_schedule(ring(4), allgather(4), 1, 1 << 20).status.value  # 2 hops needed
 'infeasible'
 """
 
@@ -60,10 +60,10 @@ from synth.core.collectives import make_collective
 from synth.cost import step_time_us
 from synth.core.errors import InputError
 from synth.core.transforms import compose, dual_collective, dual_schedule
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Status, Step
 from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
-from synth.verify import verify
+from synth.verifier import verify
 
 # Valid cuts; DEFAULT_CUTS are those that paid on ndv2 allgather C=2..6, S=3..4 (HiGHS 1.16):
 # "time_bound" (objective >= the time bound) and "order_chunks" (interchangeable chunks sorted)
@@ -77,9 +77,10 @@ OBJECTIVES = ("rounds", "time")
 
 @dataclass(frozen=True)
 class ExactResult:
-    """status: "solved" (optimal), "timeout" (maybe an incumbent) or "infeasible" (proven)."""
+    """status: SOLVED (optimal), TIMEOUT (maybe an incumbent) or INFEASIBLE (proven; with a
+    cutoff: nothing faster than the cutoff exists)."""
 
-    status: str
+    status: Status
     schedule: Schedule | None
     objective: float | None
     seconds: float
@@ -91,9 +92,15 @@ class ExactResult:
 class Attempt:
     chunks: int
     steps: int
-    status: str  # solved / timeout / infeasible / no better (below the cutoff) / skipped
+    status: Status
     seconds: float
     time_us: float | None
+    detail: str = ""  # "no better" (infeasible below the cutoff), why an attempt was skipped
+
+    @property
+    def label(self) -> str:
+        """What the attempt showed, in a word or two ("no better" rather than infeasible)."""
+        return "no better" if self.detail == "no better" else self.status.value
 
 
 @dataclass(frozen=True)
@@ -155,14 +162,14 @@ def exact_schedule(
                            step_time_us(back, size_bytes), result.binaries)
     model = _Model(topology, collective, steps, size_bytes, objective, cuts, cutoff, rotation)
     if model.impossible:
-        return ExactResult("infeasible", None, None, 0.0, None, 0)
+        return ExactResult(Status.INFEASIBLE, None, None, 0.0, None, 0)
     outcome = _solve(model.prob, options)
     if outcome.status not in (MilpStatus.SOLVED, MilpStatus.INFEASIBLE, MilpStatus.TIMEOUT):
         raise RuntimeError(f"milp-exact on {topology.name} {collective.name} S={steps}: {outcome.message}")
     if not outcome.has_incumbent:
-        status = "infeasible" if outcome.status is MilpStatus.INFEASIBLE else "timeout"
+        status = Status.INFEASIBLE if outcome.status is MilpStatus.INFEASIBLE else Status.TIMEOUT
         return ExactResult(status, None, None, outcome.seconds, None, model.binaries)
-    status = "solved" if outcome.status is MilpStatus.SOLVED else "timeout"
+    status = Status.SOLVED if outcome.status is MilpStatus.SOLVED else Status.TIMEOUT
     schedule = model.schedule(status, outcome.seconds)
     return ExactResult(status, schedule, outcome.objective, outcome.seconds,
                        step_time_us(schedule, size_bytes), model.binaries)
@@ -344,7 +351,7 @@ class _Model:
                 weight = lambda c: pulp.lpSum((k + 1) * v for k, v in per_chunk[c])  # noqa: E731
                 self.prob += weight(a) <= weight(b), f"order_{a}_{b}"
 
-    def schedule(self, status: str, seconds: float) -> Schedule:
+    def schedule(self, status: Status, seconds: float) -> Schedule:
         topo, S = self.topo, self.S
         per_step: list[list[Send]] = [[] for _ in range(S)]
         for (c, i, k), var in self.send.items():
@@ -362,7 +369,7 @@ class _Model:
             steps.append(Step(tuple(sorted(sends)), rounds))
         schedule = Schedule(topo, self.coll, tuple(steps), {
             "synthesizer": "milp-exact", "steps": S, "chunks": self.coll.chunks_per_rank,
-            "size": self.size, "solve_seconds": round(seconds, 4), "status": status,
+            "size": self.size, "solve_seconds": round(seconds, 4), "status": status.value,
             "objective": self.objective,
         })
         _check(schedule)
@@ -500,22 +507,23 @@ def _search(topology, name, root, size_bytes, chunk_counts, max_steps, time_limi
             label = f"{topology.name} {name} C={chunks} S={steps}"
             size = count_binaries(topology, coll, steps)
             if size > max_binaries:
-                attempts.append(Attempt(chunks, steps, "skipped", 0.0, None))
+                attempts.append(Attempt(chunks, steps, Status.SKIPPED, 0.0, None, f"{size} binaries"))
                 progress(f"{label}: skipped ({size} binaries > {max_binaries})")
                 continue
             left = None if clock is None else clock.left()
             if left is not None and left <= 0:
-                attempts.append(Attempt(chunks, steps, "skipped", 0.0, None))
+                attempts.append(Attempt(chunks, steps, Status.SKIPPED, 0.0, None, "budget spent"))
                 progress(f"{label}: skipped (the search's budget is spent)")
                 continue
             cutoff = best[0] if best is not None and objective == "time" else None
             limit = time_limit if left is None else min(time_limit, left)
             result = exact_schedule(topology, coll, steps, size_bytes, limit, solver, objective,
                                     cutoff=cutoff, rotation=rotation)
-            status = "no better" if cutoff is not None and result.status == "infeasible" else result.status
-            attempts.append(Attempt(chunks, steps, status, result.seconds, result.time_us))
+            below = cutoff is not None and result.status is Status.INFEASIBLE
+            attempt = Attempt(chunks, steps, result.status, result.seconds, result.time_us, "no better" if below else "")
+            attempts.append(attempt)
             shown = "" if result.time_us is None else f", {result.time_us:.3f} us"
-            progress(f"{label}: {status} {result.seconds:.1f} s{shown}")
+            progress(f"{label}: {attempt.label} {result.seconds:.1f} s{shown}")
             if result.schedule is not None and (best is None or result.time_us < best[0] - 1e-9):
                 best = (result.time_us, result.schedule)
             if best is not None and best[0] <= floor * (1 + 1e-9):

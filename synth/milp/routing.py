@@ -24,7 +24,7 @@ its planned share is favoured.
 >>> from synth.milp.sketch import default_sketch
 >>> topo = resolve_topology("ndv2x2")
 >>> plan = route(topo, allgather(16, 2), default_sketch(topo)[0])
->>> plan.status, plan.rounds >= 2 * 8 / 2  # 16 chunks enter each machine over 1 NIC of capacity 2
+>>> plan.status.value, plan.rounds >= 2 * 8 / 2  # 16 chunks enter each machine over 1 NIC of capacity 2
 ('solved', True)
 """
 
@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from synth.milp.solver import MilpOptions, MilpStatus, solve, value
+from synth.milp.solver import MilpOptions, MilpStatus, as_status, solve, value
 from synth.core.collective import Collective
+from synth.core.schedule import Status
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient, orbit_representatives
 from synth.milp.sketch import Sketch
@@ -48,16 +49,17 @@ from synth.core.topology import Topology
 class RoutePlan:
     """Planned copies per link index (0 for links the plan does not use) and the estimate T."""
 
-    status: str  # "solved" | "timeout" (incumbent, not proven) | "single-machine" | "unknown" | "error"
+    status: Status  # SOLVED (optimal, or nothing to route), TIMEOUT (maybe an incumbent), ERROR, INFEASIBLE
     copies: tuple[int, ...]
     rounds: float
     seconds: float
     variables: int
     message: str = ""
+    planned: bool = True  # the MILP gave a plan (False: nothing to route, or no incumbent)
 
     @property
     def usable(self) -> bool:
-        return self.status in ("solved", "timeout")
+        return self.planned
 
 
 def route(topology: Topology, collective: Collective, sketch: Sketch,
@@ -72,8 +74,8 @@ def route(topology: Topology, collective: Collective, sketch: Sketch,
     machine_of = topology.machine_of
     links = topology.links
     if topology.machine_count < 2:
-        return RoutePlan("single-machine", (0,) * len(links), 0.0, 0.0, 0,
-                         "one machine: the ordering stage routes over its links step by step")
+        return RoutePlan(Status.SOLVED, (0,) * len(links), 0.0, 0.0, 0,
+                         "one machine: the ordering stage routes over its links step by step", planned=False)
     options = options or MilpOptions()
     if quotient is None:
         quotient = _rotation_quotient(topology, collective, sketch)
@@ -179,13 +181,12 @@ def route(topology: Topology, collective: Collective, sketch: Sketch,
     seconds = time.perf_counter() - started
     count = len(y_of) + len(x_orbit) + len(intra_load) + 1
     if not outcome.has_incumbent:
-        status = "unknown" if outcome.status == MilpStatus.TIMEOUT else outcome.status.value
-        return RoutePlan(status, (0,) * len(links), 0.0, seconds, count,
-                         f"routing MILP: {outcome.status.value} ({outcome.message})")
+        return RoutePlan(as_status(outcome.status), (0,) * len(links), 0.0, seconds, count,
+                         f"routing MILP: {outcome.status.value} ({outcome.message})", planned=False)
     copies = [0] * len(links)
     for i in cross:
         copies[i] = int(round(value(y[i])))
-    status = "solved" if outcome.status == MilpStatus.SOLVED else "timeout"
+    status = Status.SOLVED if outcome.status == MilpStatus.SOLVED else Status.TIMEOUT
     return RoutePlan(status, tuple(copies), float(value(T)), seconds, count, outcome.message)
 
 

@@ -78,6 +78,7 @@ import pulp
 from pulp import constants as C
 
 from synth.core.errors import InputError
+from synth.core.schedule import Status
 
 SOLVERS = MappingProxyType({"highs": "HiGHS", "cbc": "PULP_CBC_CMD"})  # our name -> pulp class
 _TOL = 1e-6
@@ -93,6 +94,13 @@ class MilpStatus(Enum):
 
 
 _S = MilpStatus
+
+
+def as_status(status: MilpStatus) -> Status:
+    """The project's one status vocabulary for a solver status (unbounded: an error for synth)."""
+    return Status.ERROR if status is MilpStatus.UNBOUNDED else Status(status.value)
+
+
 STATUS_TABLE = MappingProxyType({  # (pulp status, pulp sol_status) -> (status, has incumbent)
     (C.LpStatusOptimal, C.LpSolutionOptimal): (_S.SOLVED, True),
     (C.LpStatusOptimal, C.LpSolutionIntegerFeasible): (_S.TIMEOUT, True),

@@ -19,7 +19,7 @@ routes on its own, and the result says so).
 >>> from synth.milp.sketch import default_sketch
 >>> topo = resolve_topology("ring:4")
 >>> result = synthesize(topo, "allgather", default_sketch(topo, "allgather", 1 << 20)[0])
->>> result.status, result.percent_of_bound > 50
+>>> result.status.value, result.percent_of_bound > 50
 ('solved', True)
 """
 
@@ -40,7 +40,7 @@ from synth.core.orbits import Quotient
 from synth.core.planning import on_machine, planning_view
 from synth.core.symmetry import chunk_permutation
 from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
-from synth.verify import verify
+from synth.verifier import verify
 from synth.core.errors import InputError
 from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.milp.ordering import OrderingRules, order_sends
@@ -48,7 +48,7 @@ from synth.milp.exact import best_exact
 from synth.milp.routing import RoutePlan, route
 from synth.milp.hoist import hoist_sends
 from synth.milp.timing import merge_steps
-from synth.core.schedule import Schedule
+from synth.core.schedule import Schedule, Status
 from synth.milp.sketch import Sketch
 from synth.core.topology import Topology
 
@@ -68,7 +68,7 @@ class StageTimes:
 @dataclass(frozen=True)
 class RouterResult:
     schedule: Schedule
-    status: str  # "solved" | "timeout"
+    status: Status  # SOLVED: every routing MILP solved (or nothing to route); TIMEOUT: an incumbent plan
     stages: StageTimes
     size: int
     time_us: float
@@ -125,7 +125,8 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
             joined = Schedule(topology, coll if found.schedule.collective.chunks_per_rank == coll.chunks_per_rank
                               else found.schedule.collective, found.schedule.steps, found.schedule.meta)
             coll, quotient = joined.collective, None
-            plans = tuple(replace(p, status="single-machine") if p.status != "single-machine" else p for p in plans)
+            plans = tuple(replace(p, status=Status.SOLVED, planned=False, message="the exact stage's schedule is kept")
+                          for p in plans)
             exact_line += ": kept (faster than the pipelined ordering)"
         else:
             exact_line += ": the pipelined ordering stays (faster or equal)"
@@ -150,11 +151,11 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
             raise RuntimeError(f"the expanded schedule is invalid (a bug): {problems[0]}")
         say(f"expanded: {len(quotient.reps)} representative chunks x {quotient.order} rotations -> "
             f"{timed.send_count} sends, verified whole, {clock.verify:.2f} s")
-    status = "solved" if all(p.status in ("solved", "single-machine") for p in plans) else "timeout"
+    status = Status.SOLVED if all(p.status is Status.SOLVED for p in plans) else Status.TIMEOUT
     bound = lower_bounds(topology, coll, symmetry=None if quotient is None else quotient.ranks).time_us(sketch.size)
     meta = {
         "synthesizer": "milp",
-        "status": status,
+        "status": status.value,
         "solver": options.solver,
         "sketch": sketch.to_dict(),
         "chunks_per_rank": coll.chunks_per_rank,
@@ -377,7 +378,7 @@ def _exact_applies(topology: Topology, collective: str) -> bool:
 def _exact_line(found, seconds: float) -> str:
     counts: dict[str, int] = {}
     for attempt in found.attempts:
-        counts[attempt.status] = counts.get(attempt.status, 0) + 1
+        counts[attempt.label] = counts.get(attempt.label, 0) + 1
     tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     if found.schedule is None:
         return f"exact (time-expanded MILP): no schedule ({tally}), {seconds:.2f} s"
@@ -387,12 +388,12 @@ def _exact_line(found, seconds: float) -> str:
 
 
 def _plan_line(label: str, plan: RoutePlan, options: MilpOptions) -> str:
-    if plan.status == "single-machine":
+    if plan.status is Status.SOLVED and not plan.planned:
         return f"routing ({label}): {plan.message}"
     if not plan.usable:
         return (f"routing ({label}): MILP ({options.solver}) gave no plan: {plan.message}; "
                 "the ordering routes step by step on its own")
-    flag = "" if plan.status == "solved" else " [TIMEOUT: incumbent, not proven optimal]"
+    flag = "" if plan.status is Status.SOLVED else " [TIMEOUT: incumbent, not proven optimal]"
     return (f"routing ({label}): MILP ({options.solver}, {plan.variables} variables) {plan.status} in "
             f"{plan.seconds:.2f} s: {sum(plan.copies)} crossing copies on "
             f"{sum(1 for c in plan.copies if c)} links, NIC-bound estimate {plan.rounds:.2f} rounds{flag}")

@@ -70,14 +70,15 @@ def synthesized(topology: Topology, collective: str, time_limit: float, say: Say
 def synthesis_backend(topology: Topology) -> tuple[str, str]:
     """The backend a report synthesizes with, and why: the SMT frontier where k-synchronous
     rounds apply on one machine of at most SMT_RANKS ranks, else the MILP router."""
-    from synth.core.planning import not_whole
+    from synth import synthesizers
 
     if topology.machine_count > 1:
         return "milp", f"{topology.machine_count} machines"
     if topology.ranks > SMT_RANKS:
         return "milp", f"{topology.ranks} ranks, more than the SMT frontier's {SMT_RANKS}"
-    if not topology.rounds_apply:
-        return "milp", f"{not_whole(topology)}: rounds do not apply, the router plans on rounded capacities"
+    why = synthesizers.get("smt").scope(topology)
+    if why is not None:
+        return "milp", f"{why}; the router plans on rounded capacities"
     return "smt", f"one machine of {topology.ranks} ranks with whole capacities: the exact frontier"
 
 
@@ -86,17 +87,14 @@ def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Cand
     few chunks and steps; at large sizes pipelining many pieces wins in the step model (a
     broadcast pays alpha once per step, not per piece). The report keeps an extra only where it
     is the fastest synthesized schedule at some size (``runner.prune_extras``)."""
-    from time import perf_counter
-
-    from synth.greedy.pipeline import pipelined
+    from synth import synthesizers
 
     if topology.machine_count > 1 or collective not in PIPELINED_COLLECTIVES:
         return []
     out = []
     for chunks in PIPELINED_CHUNKS:
-        started = perf_counter()
-        schedule = pipelined(topology, collective, chunks)
-        seconds = perf_counter() - started
+        result = synthesizers.synthesize(synthesizers.Problem(topology, collective, chunks=chunks), backend="greedy")
+        schedule, seconds = result.schedule, result.seconds
         say(f"{topology.name} {collective} greedy (C={chunks}): {len(schedule.steps)} steps, {seconds:.2f} s")
         out.append(Candidate(f"greedy C={chunks}", "greedy", schedule, _file(collective, topology, f"greedy-c{chunks}"),
                              seconds, len(schedule.steps), schedule.total_rounds, chunks))
@@ -147,8 +145,7 @@ def router_schedule(topology: Topology, collective: str, size: int, time_limit: 
                     say: Say | None = None) -> tuple[Schedule, list[str]]:
     """The MILP router's schedule for ``size`` (the derived sketch) and its progress lines (a
     job of a parallel report: the lines come back with the result)."""
-    from synth.milp.solver import MilpOptions
-    from synth.milp.synthesize import synthesize
+    from synth import synthesizers
     from synth.milp.sketch import default_sketch
 
     lines: list[str] = []
@@ -159,7 +156,8 @@ def router_schedule(topology: Topology, collective: str, size: int, time_limit: 
             say(line)
 
     sketch, _ = default_sketch(topology, collective, size)
-    result = synthesize(topology, collective, sketch, MilpOptions(time_limit=time_limit), progress=keep)
+    options = synthesizers.Options(time_limit=time_limit, sketch=sketch, progress=keep)
+    result = synthesizers.synthesize(synthesizers.Problem(topology, collective, size=size), options, "milp")
     return result.schedule, ([] if say is not None else lines)
 
 

@@ -14,7 +14,7 @@ from synth.cli.main import main
 from synth.core.io import load_schedule
 from synth.core.library import library_names, resolve_topology
 from synth.core.topology import Topology
-from synth.verify import verify
+from synth.verifier import verify
 
 from tests.test_cost import SHARED_EXAMPLES
 from tests.test_verify import DATA
@@ -215,11 +215,16 @@ def test_solve_outcomes_have_their_own_exit_codes(capsys, tmp_path):
     assert code == 0 and verify(load_schedule(out_file)) == []
     code, _, err = run(capsys, "solve", "ring:4", "allgather", "--steps", "1", "-o", str(tmp_path / "no.json"))
     assert code == 3 and "infeasible" in err and "proven" in err and not (tmp_path / "no.json").exists()
-    code, _, err = run(capsys, "solve", "dgx1", "alltoall", "--steps", "3", "--rounds", "9", "--chunks", "3",
-                       "--time-limit", "0.001", "-o", str(tmp_path / "t.json"))
-    assert code in (0, 5)
-    if code == 5:
-        assert "unknown" in err and "timed out" in err and "infeasible" not in err
+    # a feasible instance (it solves in well under a second) with 1 ms: the restricted search's work
+    # cap (1 ms x 2/3 x 10M units/s, under the first pass's 2.5M) stops it before any solver call,
+    # and the exact search is refused once building the encodings took more than the limit
+    timed = ["solve", "dgx1", "alltoall", "--steps", "3", "--rounds", "9", "--chunks", "3"]
+    code, _, err = run(capsys, *timed, "--time-limit", "0.001", "-o", str(tmp_path / "t.json"))
+    assert code == 5 and not (tmp_path / "t.json").exists()
+    assert "synth: unknown:" in err and "timed out" in err and "nothing was proven" in err
+    assert "infeasible" not in err
+    code, _, err = run(capsys, *timed, "-o", str(tmp_path / "t.json"))
+    assert code == 0 and verify(load_schedule(tmp_path / "t.json")) == []
     code, _, err = run(capsys, "solve", "mi250x2", "allgather", "--steps", "3")
     assert code == 2 and "rounds" in err and "do not apply" in err and "--backend milp" in err
 

@@ -21,7 +21,7 @@ from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.routing import route
 from synth.milp.synthesize import synthesize
 from synth.milp.sketch import default_sketch, parse_sketch
-from synth.verify import verify
+from synth.verifier import verify
 
 SOLVERS = milp_backend.available_solvers()
 
@@ -148,7 +148,7 @@ def test_routing_timeout_without_incumbent_is_unknown_and_the_router_still_answe
     monkeypatch.setattr("synth.milp.routing.solve", no_answer)
     sketch = replace(default_sketch(ndv2x2)[0], chunk_up=1)
     plan = route(ndv2x2, make_collective("allgather", 16), sketch)
-    assert plan.status == "unknown" and not plan.usable
+    assert plan.status == "timeout" and not plan.usable and not plan.planned
     result = synthesize(ndv2x2, "allgather", sketch)
     assert result.status == "timeout"
     assert verify(result.schedule) == []

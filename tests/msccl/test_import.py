@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from synth.cli.common import Parser as _Parser
 from synth.cli.check import add_check_parser
 from synth.core.errors import InputError
+from synth.exporters import program_json
 from synth.msccl.load_rules import PROFILES, check_profile, check_program, ok
 from synth.msccl.xml_reader import read_xml, read_xml_file, strtol
 from synth.program.ir import BUFFERS, OP_TYPES, Op, Program, RankProgram, Threadblock, with_threadblock
@@ -481,7 +482,6 @@ def test_damaged_text_gives_problems_never_a_traceback(edits):
 
 
 def test_cli_check_reads_synth_program_json(tmp_path, capsys):
-    program_json = pytest.importorskip("synth.exporters.program_json")
     path = tmp_path / "ag.json"
     path.write_text(program_json.program_to_json(allgather2()))
     assert _cli(["check", str(path), "--json"]) == 0

@@ -1,0 +1,280 @@
+"""Synthesis backends behind one protocol, and their registry.
+
+A backend (``Synthesizer``) has a ``name``, says whether it can run here (``available``), which
+machines it applies to at all (``scope``: the reason it does not, or None) and which problems it
+takes (``accepts``), and answers a ``Problem`` with a ``SolveResult`` in the project's one status
+vocabulary (``synth.core.schedule.Status``). ``synthesize`` is the one driver every caller goes
+through: it picks the backend (``auto``: the first registered one that accepts the problem),
+refuses a problem the backend does not take in one line, runs it, and verifies every schedule
+that comes back before anyone sees it (``SynthesisBug`` when one does not verify).
+
+Registered, in the order ``auto`` tries them:
+
+- ``smt``: one k-synchronous instance (steps, rounds, chunks) by the SCCL-style encoding: a
+  schedule, or a proof that none exists. Needs the steps, and whole capacities.
+- ``milp``: the sketch-guided router (routing MILP, ordering LPs, timing), for any machine and
+  any bandwidths; optimises for a size.
+- ``greedy``: pipelined one-round-per-step schedules with many chunks, in seconds at any scale.
+
+>>> from synth.core.library import resolve_topology
+>>> names()
+('smt', 'milp', 'greedy')
+>>> result = synthesize(Problem(resolve_topology("ring:4"), "allgather", steps=3))
+>>> result.backend, result.status.value, len(result.schedule.steps)
+('smt', 'solved', 3)
+>>> synthesize(Problem(resolve_topology("ring:4"), "allgather", size=1 << 20)).backend
+'milp'
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from synth.core.errors import EXIT_INTERNAL, InputError, SynthError
+
+if TYPE_CHECKING:  # the model is imported where a backend runs: building the CLI stays light
+    from synth.core.schedule import SolveResult
+    from synth.core.topology import Topology
+
+Progress = Callable[[str], None]
+DEFAULT_SIZE = 1 << 30  # bytes a size-driven backend optimises for when the problem names none
+
+
+class SynthesisBug(SynthError):
+    """A backend returned a schedule that the verifier rejects (a bug in the backend)."""
+
+    exit_code = EXIT_INTERNAL
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What to synthesize: a collective (a name, ``alltoallv:FILE`` or ``custom:FILE``) on a
+    topology. ``chunks``: chunks per rank (None: the backend's default). ``steps`` / ``rounds``:
+    a k-synchronous instance (smt; rounds default to steps). ``size``: the bytes to optimise for
+    (milp, greedy; None: 1 GiB)."""
+
+    topology: Topology
+    collective: str
+    root: int | None = None
+    chunks: int | None = None
+    steps: int | None = None
+    rounds: int | None = None
+    size: int | None = None
+
+    @property
+    def at_size(self) -> int:
+        return DEFAULT_SIZE if self.size is None else self.size
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to solve: ``time_limit`` seconds per solver call (None: none); milp: ``solver``
+    (highs, cbc), ``gap``, ``threads`` and ``sketch`` (a synth.milp Sketch; None: derived);
+    ``progress``: where progress lines go."""
+
+    time_limit: float | None = 120.0
+    solver: str | None = None
+    gap: float | None = None
+    threads: int | None = None
+    sketch: Any = None
+    progress: Progress | None = None
+
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
+
+
+class Synthesizer(Protocol):
+    """The protocol every backend follows."""
+
+    name: str
+    summary: str
+
+    def available(self) -> bool: ...
+
+    def scope(self, topology: Topology) -> str | None: ...
+
+    def accepts(self, problem: Problem) -> str | None: ...
+
+    def solve(self, problem: Problem, options: Options) -> SolveResult: ...
+
+
+class Smt:
+    name = "smt"
+    summary = "one k-synchronous instance (steps, rounds, chunks): a schedule or a proof that none exists"
+
+    def available(self) -> bool:
+        return _importable("z3")
+
+    def scope(self, topology: Topology) -> str | None:
+        """Rounds must apply: every capacity a whole multiple of the slowest link."""
+        from synth.core.planning import not_whole
+
+        if topology.rounds_apply:
+            return None
+        return f"{not_whole(topology)}, so k-synchronous rounds (what SMT synthesis counts) do not apply"
+
+    def accepts(self, problem: Problem) -> str | None:
+        if problem.steps is None:
+            return "needs the instance's steps (--steps S; or use least-steps / pareto)"
+        rounds = problem.steps if problem.rounds is None else problem.rounds
+        if problem.steps < 1 or rounds < problem.steps or (problem.chunks or 1) < 1:
+            return "needs steps >= 1, rounds >= steps and chunks >= 1"
+        why = self.scope(problem.topology)
+        if why is None:
+            return None
+        return (f"{why}: use --backend milp or greedy (without --steps/--rounds), which plan on rounded "
+                "capacities and cost at the real bandwidths")
+
+    def solve(self, problem: Problem, options: Options) -> SolveResult:
+        from synth.smt.strategies import solve_instance
+
+        rounds = problem.steps if problem.rounds is None else problem.rounds
+        return solve_instance(problem.topology, problem.collective, problem.root, problem.steps, rounds,
+                              problem.chunks or 1, options.time_limit, options.progress or _quiet)
+
+
+class _Planner:
+    """A backend that plans its own steps for a size, on any machine (whole capacities or not)."""
+
+    def scope(self, topology: Topology) -> str | None:
+        return None
+
+    def accepts(self, problem: Problem) -> str | None:
+        if problem.steps is not None or problem.rounds is not None:
+            return "chooses its own steps and rounds (drop --steps/--rounds)"
+        if problem.chunks is not None and problem.chunks < 1:
+            return "needs chunks >= 1"
+        return None
+
+
+class Milp(_Planner):
+    name = "milp"
+    summary = "the sketch-guided router (routing MILP, ordering LPs, timing): any machine, optimised for a size"
+
+    def available(self) -> bool:
+        return _importable("pulp")
+
+    def solve(self, problem: Problem, options: Options) -> SolveResult:
+        from synth.core.schedule import SolveResult
+        from synth.milp.solver import MilpOptions
+        from synth.milp.synthesize import synthesize as route
+
+        milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit, gap=options.gap,
+                           threads=options.threads)  # bad options are one line before any work
+        sketch = self.sketch(problem, options)
+        started = time.perf_counter()
+        result = route(problem.topology, problem.collective, sketch, milp, root=problem.root,
+                       progress=options.progress)
+        details = {"size": result.size, "time_us": result.time_us, "simulated_us": result.simulated_us,
+                   "bound_us": result.bound_us, "percent_of_bound": result.percent_of_bound}
+        return SolveResult(result.status, result.schedule, time.perf_counter() - started, details=details)
+
+    @staticmethod
+    def sketch(problem: Problem, options: Options):
+        """The sketch to route with: the given one, else the derived default at the problem's
+        size, with the problem's chunks when it names them."""
+        from synth.milp.sketch import default_sketch
+
+        if options.sketch is not None:
+            return options.sketch
+        sketch, reasons = default_sketch(problem.topology, problem.collective, problem.size)
+        if problem.chunks is not None:
+            sketch = replace(sketch, chunk_up=problem.chunks)
+            reasons = [r if not r.startswith("chunk_up") else f"chunk_up: {problem.chunks} (given)" for r in reasons]
+        options.say(f"sketch: derived default (see 'synth sketch show {problem.topology.name}'): "
+                    + "; ".join(reasons))
+        return sketch
+
+
+class Greedy(_Planner):
+    name = "greedy"
+    summary = "pipelined one-round-per-step schedules with many chunks, in seconds at any scale"
+
+    def available(self) -> bool:
+        return True
+
+    def solve(self, problem: Problem, options: Options) -> SolveResult:
+        from synth.bounds.lower_bounds import lower_bounds
+        from synth.core.schedule import SolveResult, Status
+        from synth.cost import step_time_us
+        from synth.greedy.pipeline import pipelined
+
+        started = time.perf_counter()
+        schedule = pipelined(problem.topology, problem.collective, problem.chunks or 1, problem.root)
+        seconds = time.perf_counter() - started
+        size = problem.at_size
+        took = step_time_us(schedule, size)
+        bound = lower_bounds(problem.topology, schedule.collective).time_us(size)
+        details = {"size": size, "time_us": took, "bound_us": bound, "percent_of_bound": 100.0 * bound / took}
+        return SolveResult(Status.SOLVED, schedule, seconds, details=details)
+
+
+REGISTRY: dict[str, Synthesizer] = {backend.name: backend for backend in (Smt(), Milp(), Greedy())}
+AUTO = "auto"
+
+
+def names() -> tuple[str, ...]:
+    """The registered backends, in the order ``auto`` tries them."""
+    return tuple(REGISTRY)
+
+
+def get(name: str) -> Synthesizer:
+    """The backend called ``name``; InputError naming the known ones otherwise."""
+    if name not in REGISTRY:
+        raise InputError(f"unknown synthesis backend {name!r}; known: {', '.join(names())}")
+    return REGISTRY[name]
+
+
+def choose(problem: Problem, name: str = AUTO) -> Synthesizer:
+    """The backend ``name`` if it takes ``problem``, or with ``auto`` the first available one
+    that does; InputError (one line, the reason) otherwise."""
+    if name != AUTO:
+        backend = get(name)
+        why = "not installed" if not backend.available() else backend.accepts(problem)
+        if why is not None:
+            raise InputError(f"--backend {name}: {why}")
+        return backend
+    reasons = {}
+    for backend in REGISTRY.values():
+        why = "not installed" if not backend.available() else backend.accepts(problem)
+        if why is None:
+            return backend
+        reasons[backend.name] = why
+    if problem.steps is not None or problem.rounds is not None:  # an instance: only smt answers those
+        raise InputError(f"smt: {reasons['smt']}")
+    raise InputError("no synthesis backend takes this problem (" +
+                     "; ".join(f"{name}: {why}" for name, why in reasons.items()) + ")")
+
+
+def synthesize(problem: Problem, options: Options | None = None, backend: str = AUTO) -> SolveResult:
+    """``problem`` solved by ``backend`` (see ``choose``), every schedule verified here."""
+    options = options or Options()
+    chosen = choose(problem, backend)
+    result = chosen.solve(problem, options)
+    return replace(checked(result, chosen.name), backend=chosen.name)
+
+
+def checked(result: SolveResult, backend: str) -> SolveResult:
+    """``result`` once its schedule (if any) verifies; SynthesisBug naming the first violation
+    otherwise. The one place a backend's answer is verified before anyone sees it."""
+    from synth.verifier import verify
+
+    if result.schedule is not None:
+        problems = verify(result.schedule)
+        if problems:
+            raise SynthesisBug(f"the {backend} backend returned a schedule that does not verify (a bug): "
+                               f"{problems[0]}")
+    return result
+
+
+def _importable(module: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(module) is not None
+
+
+def _quiet(line: str) -> None:
+    return None

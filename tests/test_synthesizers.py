@@ -1,0 +1,93 @@
+"""One conformance suite over every registered synthesis backend (as PuLP runs one suite over
+every solver): each backend either refuses a problem with a reason, or answers it in the one
+status vocabulary with a schedule that verifies."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth import synthesizers
+from synth.core.errors import EXIT_INTERNAL, InputError
+from synth.core.library import resolve_topology
+from synth.core.schedule import Schedule, Status
+from synth.verifier import verify
+from tests.milp.test_any_bandwidth import pcie_box
+
+CASES = [  # (topology, collective, root, steps for an instance)
+    ("ring:4", "allgather", None, 3),
+    ("full:4", "reduce_scatter", None, 1),
+    ("uring:4", "allreduce", None, 6),
+    ("ring:4", "broadcast", 0, 2),
+    ("pcie-box", "allgather", None, 1),
+]
+
+
+def _topology(name: str):
+    return pcie_box() if name == "pcie-box" else resolve_topology(name)
+
+
+def _problem(backend: str, case) -> synthesizers.Problem:
+    topo, coll, root, steps = case
+    if backend == "smt":
+        return synthesizers.Problem(_topology(topo), coll, root, chunks=1, steps=steps)
+    return synthesizers.Problem(_topology(topo), coll, root, chunks=2, size=1 << 20)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+@pytest.mark.parametrize("name", synthesizers.names())
+def test_every_backend_refuses_with_a_reason_or_answers_verified(name, case):
+    backend = synthesizers.get(name)
+    assert backend.available()
+    problem = _problem(name, case)
+    why = backend.accepts(problem)
+    if why is not None:
+        with pytest.raises(InputError, match=f"--backend {name}: "):
+            synthesizers.synthesize(problem, backend=name)
+        return
+    result = synthesizers.synthesize(problem, synthesizers.Options(time_limit=30), backend=name)
+    assert result.backend == name
+    assert result.status in (Status.SOLVED, Status.TIMEOUT)
+    assert result.schedule is not None and verify(result.schedule) == []
+    assert result.schedule.topology is problem.topology
+    assert result.schedule.collective.name == problem.collective
+
+
+def test_the_registry_lists_the_three_backends_in_auto_order():
+    assert synthesizers.names() == ("smt", "milp", "greedy")
+    with pytest.raises(InputError, match="unknown synthesis backend 'sat'"):
+        synthesizers.get("sat")
+
+
+def test_auto_answers_an_instance_with_smt_and_a_size_with_the_router():
+    ring = resolve_topology("ring:4")
+    assert synthesizers.choose(synthesizers.Problem(ring, "allgather", steps=3)).name == "smt"
+    assert synthesizers.choose(synthesizers.Problem(ring, "allgather", size=1 << 20)).name == "milp"
+
+
+def test_smt_refuses_a_machine_without_whole_capacities_and_names_the_rate():
+    problem = synthesizers.Problem(pcie_box(), "allgather", steps=2)
+    assert synthesizers.get("smt").scope(problem.topology) is not None
+    with pytest.raises(InputError, match=r"smt: group 'cpu0-to-cpu1' runs at 10 GB/s.*--backend milp"):
+        synthesizers.choose(problem)
+
+
+def test_an_infeasible_instance_is_an_answer_not_an_error():
+    result = synthesizers.synthesize(synthesizers.Problem(resolve_topology("ring:4"), "allgather", steps=1))
+    assert result.status is Status.INFEASIBLE and result.schedule is None and result.backend == "smt"
+
+
+def test_a_schedule_that_does_not_verify_is_a_bug_at_the_one_check(monkeypatch):
+    ring = resolve_topology("ring:4")
+    problem = synthesizers.Problem(ring, "allgather", chunks=1)
+
+    def broken(self, problem, options):
+        from synth.core.collectives import make_collective
+        from synth.core.schedule import SolveResult
+
+        return SolveResult(Status.SOLVED, Schedule(ring, make_collective("allgather", 4), ()))
+
+    monkeypatch.setattr(synthesizers.Greedy, "solve", broken)
+    with pytest.raises(synthesizers.SynthesisBug, match="greedy backend returned a schedule that does not verify") \
+            as caught:
+        synthesizers.synthesize(problem, backend="greedy")
+    assert caught.value.exit_code == EXIT_INTERNAL
