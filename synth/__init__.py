@@ -8,11 +8,12 @@ heavy (no numpy, networkx, pulp or z3)::
     topo = synth.resolve_topology("dgx1")
     coll = synth.make_collective("allgather", topo.ranks)
     schedule = synth.load_schedule("allgather.json")
-    assert synth.verify(schedule) == []
+    assert synth.verify.verify(schedule) == []
     print(synth.format_size(1 << 20), synth.step_time_us(schedule, synth.parse_size("1M")))
 
-Model types: Topology, Link, Group, Nic, Collective, Schedule, Step, Send. The verifier: ``verify``
-(a list of violations, empty when the schedule is valid). Bounds: ``lower_bounds``. Cost:
+Model types: Topology, Link, Group, Nic, Collective, Schedule, Step, Send. The verifier: the
+submodule ``synth.verify`` (``synth.verify.verify(schedule)``: a list of violations, empty when the
+schedule is valid; ``synth.verify.is_valid``). Bounds: ``lower_bounds``. Cost:
 ``step_time_us``, ``simulate_us``, ``parse_size``, ``format_size``. The library: ``resolve_topology``,
 ``make_collective``. Files: ``load_schedule``, ``save_schedule``, ``load_topology_file``,
 ``schedule_from_doc``, ``read_json``. Errors: ``SynthError`` and its kinds. The synthesizer
@@ -36,9 +37,8 @@ _HOMES = {
     "Schedule": "synth.core.schedule",
     "Step": "synth.core.schedule",
     "Send": "synth.core.schedule",
-    # verifier (see the module docstring: synth.verifier is its module, callable)
-    "verify": "synth.verifier",
-    "Violation": "synth.verifier",
+    # verifier (the function is synth.verify.verify: synth.verify is its module)
+    "Violation": "synth.verify",
     # bounds
     "lower_bounds": "synth.bounds.lower_bounds",
     "Bounds": "synth.bounds.lower_bounds",
@@ -65,7 +65,7 @@ _HOMES = {
 }
 
 # submodules offered as attributes of the package (imported on first use)
-_SUBMODULES = ("synthesizers",)
+_SUBMODULES = ("synthesizers", "verify")
 
 __all__ = ["__version__", *_HOMES, *_SUBMODULES]
 

@@ -260,7 +260,7 @@ def synthesize(problem: Problem, options: Options | None = None, backend: str = 
 def checked(result: SolveResult, backend: str) -> SolveResult:
     """``result`` once its schedule (if any) verifies; SynthesisBug naming the first violation
     otherwise. The one place a backend's answer is verified before anyone sees it."""
-    from synth.verifier import verify
+    from synth.verify import verify
 
     if result.schedule is not None:
         problems = verify(result.schedule)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from synth.core.io import load_schedule
-from synth.verifier import verify
+from synth.verify import verify
 
 
 def assert_verified_synthesized(report: dict, folder: Path) -> None:

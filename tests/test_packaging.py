@@ -36,7 +36,7 @@ def test_library_machines_live_at_the_top_level():
 
 
 def test_top_level_modules_are_the_documented_ones():
-    assert sorted(p.name for p in SYNTH.glob("*.py")) == ["__init__.py", "__main__.py", "cost.py", "synthesizers.py", "verifier.py"]
+    assert sorted(p.name for p in SYNTH.glob("*.py")) == ["__init__.py", "__main__.py", "cost.py", "synthesizers.py", "verify.py"]
 
 
 def _readme_block(after: str) -> str:
@@ -72,7 +72,7 @@ def test_solver_imports_stay_in_their_package(solver, home):
 
 
 def test_verify_imports_core_only():
-    synth_imports = {node.module for node in ast.walk(ast.parse((SYNTH / "verifier.py").read_text(encoding="utf-8")))
+    synth_imports = {node.module for node in ast.walk(ast.parse((SYNTH / "verify.py").read_text(encoding="utf-8")))
                      if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("synth")}
     assert synth_imports and all(m.startswith("synth.core.") for m in synth_imports)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from synth.cli.main import main
 from synth.core.io import load_schedule
-from synth.verifier import verify
+from synth.verify import verify
 from tests.report_checks import assert_at_least_ncclS_ring, assert_verified_synthesized
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ HEAVY = ("numpy", "networkx", "pulp", "z3", "matplotlib", "scipy", "highspy", "t
 # synth's own heavy stages: the report runner, bounds (networkx, LP), the MSCCL checker, the solvers.
 # (synth.lower.lowering is still loaded by ``synth export``'s parser for CHANNEL_POLICIES: stdlib only.)
 STAGES = ("synth.report", "synth.bounds", "synth.msccl.load_rules", "synth.program.replay", "synth.smt",
-          "synth.milp", "synth.greedy", "synth.runtime", "synth.measure", "synth.verifier", "synth.baselines")
+          "synth.milp", "synth.greedy", "synth.runtime", "synth.measure", "synth.verify", "synth.baselines")
 
 
 def _loaded_after(code: str) -> set[str]:

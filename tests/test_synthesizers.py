@@ -10,7 +10,7 @@ from synth import synthesizers
 from synth.core.errors import EXIT_INTERNAL, InputError
 from synth.core.library import resolve_topology
 from synth.core.schedule import Schedule, Status
-from synth.verifier import verify
+from synth.verify import verify
 from tests.milp.test_any_bandwidth import pcie_box
 
 CASES = [  # (topology, collective, root, steps for an instance)

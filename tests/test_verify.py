@@ -14,7 +14,7 @@ from synth.core.collectives import allgather, allreduce, broadcast, reduce_scatt
 from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Group, Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 from tests.reference_replay import reference_valid
 from tests.schedule_strategies import MUTATIONS, mutate, valid_schedules

@@ -1,4 +1,4 @@
-"""The array replay (synth.verifier.is_valid) says "valid" exactly when the exact replay finds nothing."""
+"""The array replay (synth.verify.is_valid) says "valid" exactly when the exact replay finds nothing."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from synth.core.library import resolve_topology
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
-from synth.verifier import verify
-from synth.verifier import is_valid
+from synth.verify import verify
+from synth.verify import is_valid
 from tests.schedule_strategies import MUTATIONS, mutate, valid_schedules
 
 
@@ -32,9 +32,9 @@ def test_mutations_get_the_same_verdict(schedule, kind, seed):
 def test_big_schedules_take_the_array_replay_and_a_flaw_still_gets_its_message(monkeypatch):
     """h100x4 allgather from the router (7936 sends; the threshold lowered below that): valid
     by the array replay; with one send dropped the exact replay gives its message."""
-    import synth.verifier
+    import synth.verify
 
-    monkeypatch.setattr(synth.verifier, "ARRAY_REPLAY_SENDS", 1000)
+    monkeypatch.setattr(synth.verify, "ARRAY_REPLAY_SENDS", 1000)
     topo = resolve_topology("h100x4")
     sketch, _ = default_sketch(topo, "allgather", 1 << 30)
     schedule = synthesize(topo, "allgather", sketch).schedule

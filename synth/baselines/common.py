@@ -176,7 +176,7 @@ def finish(
     **meta,
 ) -> Schedule:
     """Assemble, set rounds, verify; an invalid result is a bug in the baseline and raises."""
-    from synth.verifier import verify
+    from synth.verify import verify
 
     built = tuple(
         Step(tuple(sorted(sends, key=_order)), rounds_needed(topology, sends)) for sends in steps if sends

@@ -173,7 +173,7 @@ def _ranks_of_file(spec: str) -> int:
 
 def cmd_verify(args) -> int:
     from synth.core.io import load_schedule
-    from synth.verifier import verify
+    from synth.verify import verify
 
     schedule = load_schedule(args.file, check=False)
     violations = verify(schedule)

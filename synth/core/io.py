@@ -303,7 +303,7 @@ def schedule_from_doc(doc: Any, path: str | Path, check: bool = True) -> Schedul
     """A synth.schedule v1 document already read from ``path``; verified as ``load_schedule`` does."""
     schedule = Schedule.from_dict(doc, where=str(path))
     if check:
-        from synth.verifier import verify
+        from synth.verify import verify
 
         violations = verify(schedule)
         if violations:

@@ -84,7 +84,7 @@ def merge_steps(schedule: Schedule) -> Schedule:
 
     >>> from synth.core.generators import ring
     >>> from synth.core.collectives import broadcast
-    >>> from synth.verifier import verify
+    >>> from synth.verify import verify
     >>> s = Schedule(ring(3), broadcast(3, 0), (Step((Send(0, 0, 1),), 1), Step((Send(0, 0, 2),), 1)))
     >>> merged = merge_steps(s)  # rank 0 sends both from the start
     >>> [step.rounds for step in merged.steps], verify(merged)

@@ -13,7 +13,7 @@ On a machine whose bandwidths are not whole multiples the rounds are planned on
 
 >>> from synth.core.generators import ring
 >>> from synth.core.collectives import allgather
->>> from synth.verifier import verify
+>>> from synth.verify import verify
 >>> s = greedy_schedule(ring(4), allgather(4, 2))
 >>> verify(s), len(s.steps)
 ([], 3)
@@ -31,7 +31,7 @@ from synth.core.planning import on_machine, planning_view
 from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 
 def greedy_schedule(topology: Topology, collective: Collective, max_steps: int | None = None) -> Schedule:

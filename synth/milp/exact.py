@@ -63,7 +63,7 @@ from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.core.schedule import Schedule, Send, Status, Step
 from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 # Valid cuts; DEFAULT_CUTS are those that paid on ndv2 allgather C=2..6, S=3..4 (HiGHS 1.16):
 # "time_bound" (objective >= the time bound) and "order_chunks" (interchangeable chunks sorted)

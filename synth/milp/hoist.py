@@ -32,7 +32,7 @@ from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.core.orbits import Quotient
 from synth.cost import step_loads
 from synth.milp.orbit_cost import step_loads as orbit_step_loads
-from synth.verifier import verify
+from synth.verify import verify
 
 _TOL = 1e-9
 

@@ -23,7 +23,7 @@ ranks. The weights are the full schedule's (a rank's outstanding need is that of
 
 >>> from synth.core.generators import ring
 >>> from synth.core.collectives import allgather
->>> from synth.verifier import verify
+>>> from synth.verify import verify
 >>> s = order_sends(ring(4), allgather(4, 2), OrderingRules.of(ring(4)))
 >>> verify(s), len(s.steps)
 ([], 3)
@@ -43,7 +43,7 @@ from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 _INF = np.inf
 FINISH_LIMIT = 4000  # remaining needs up to which the last step is solved exactly (a MILP)

@@ -40,7 +40,7 @@ from synth.core.orbits import Quotient
 from synth.core.planning import on_machine, planning_view
 from synth.core.symmetry import chunk_permutation
 from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
-from synth.verifier import verify
+from synth.verify import verify
 from synth.core.errors import InputError
 from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.milp.ordering import OrderingRules, order_sends

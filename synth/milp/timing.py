@@ -56,7 +56,7 @@ from synth.cost import simulate_us, step_time_us
 from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
-from synth.verifier import verify
+from synth.verify import verify
 
 _REL_TOL = 1e-12  # float noise allowed when comparing two partitions' times
 

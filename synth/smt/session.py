@@ -22,7 +22,7 @@ from synth.core.transforms import dual_collective, dual_schedule
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.core.symmetry import schedule_invariant, search_symmetries
 from synth.core.topology import Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 
 class SmtSession:

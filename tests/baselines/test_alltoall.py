@@ -18,7 +18,7 @@ from synth.baselines.alltoall import (
 from synth.core.collectives import allgather, alltoall, alltoallv
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
-from synth.verifier import verify
+from synth.verify import verify
 
 from tests.baselines.test_trees import TOPOLOGIES, hand_dgx1
 

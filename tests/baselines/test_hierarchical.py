@@ -11,7 +11,7 @@ from synth.baselines.hierarchical import BASELINES, build, plan
 from synth.baselines.ring import build as build_ring
 from synth.core.library import resolve_topology
 from synth.core.topology import Group, Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 

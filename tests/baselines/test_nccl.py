@@ -13,7 +13,7 @@ from synth.baselines.nccl_model import Setup, applies, predicted_us
 from synth.cli.main import main
 from synth.core.library import resolve_topology
 from synth.cost import best_protocol
-from synth.verifier import verify
+from synth.verify import verify
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 

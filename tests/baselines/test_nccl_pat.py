@@ -18,7 +18,7 @@ from synth.core.compose import compose
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.topology import Link, Nic, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 
 def one_gpu_machines(k: int) -> Topology:

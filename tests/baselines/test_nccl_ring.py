@@ -14,7 +14,7 @@ from synth.bounds.lower_bounds import lower_bounds
 from synth.cli.main import main
 from synth.core.library import resolve_topology
 from synth.cost import step_time_us
-from synth.verifier import verify
+from synth.verify import verify
 
 GIB = 1024**3
 

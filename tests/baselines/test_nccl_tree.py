@@ -24,7 +24,7 @@ from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.topology import Group, Link, Topology
 from synth.cost import best_protocol
-from synth.verifier import verify
+from synth.verify import verify
 
 FAST = ["ndv2x2", "dgx2x2", "h100x4", "dgx1", "ring:8", "uring:4", "line:5", "star:5", "full:4"]
 

@@ -7,7 +7,7 @@ import pytest
 from synth.baselines import BaselineNotApplicable
 from synth.baselines.recursive import BASELINES, build_doubling, build_halving
 from synth.core.library import resolve_topology
-from synth.verifier import verify
+from synth.verify import verify
 
 CASES = [
     (build_doubling, "allgather"),

@@ -16,7 +16,7 @@ from synth.core.collectives import allgather
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.topology import Group, Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 from tests.schedule_strategies import topologies
 

@@ -17,7 +17,7 @@ from synth.baselines.trees import (
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.topology import Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 
 def hand_dgx1() -> Topology:

@@ -21,7 +21,7 @@ from synth.core.library import resolve_topology
 from synth.core.transforms import dual_collective
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Group, Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 from synth import baselines
 from synth.baselines import BaselineNotApplicable
 

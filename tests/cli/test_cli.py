@@ -14,7 +14,7 @@ from synth.cli.main import main
 from synth.core.io import load_schedule
 from synth.core.library import library_names, resolve_topology
 from synth.core.topology import Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 from tests.test_cost import SHARED_EXAMPLES
 from tests.test_verify import DATA

@@ -13,7 +13,7 @@ from synth.cost import simulate_us, step_loads
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.sketch import default_sketch
 from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
-from synth.verifier import verify
+from synth.verify import verify
 
 
 def _quotient(name: str, collective: str, chunks: int = 1) -> Quotient:

@@ -11,7 +11,7 @@ from synth.core.generators import ring
 from synth.core.planning import SUBDIVISIONS, TOLERANCE, not_whole, on_machine, planning_view
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Group, Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 RATES = st.floats(min_value=0.5, max_value=900.0, allow_nan=False, allow_infinity=False)
 

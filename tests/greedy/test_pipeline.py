@@ -11,7 +11,7 @@ from synth.bounds.lower_bounds import lower_bounds
 from synth.cost import step_time_us
 from synth.core.library import resolve_topology
 from synth.greedy.pipeline import pipelined
-from synth.verifier import verify
+from synth.verify import verify
 
 
 @pytest.mark.parametrize("name", ["allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "gather"])

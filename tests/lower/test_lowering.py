@@ -21,7 +21,7 @@ from synth.msccl.profiles import MAX_COUNT, MAX_DEP_TB, PROFILES
 from synth.program.ir import READS_SRC, WRITES_DST, Program
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 TOPOLOGIES = ("dgx1", "ndv2x2", "ring:8")
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast")

@@ -17,7 +17,7 @@ from synth.greedy.pipeline import pipelined
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
 from synth.report.candidates import synthesis_backend
-from synth.verifier import verify
+from synth.verify import verify
 
 PCIE_GBS, QPI_GBS = 15.75, 10.0
 

@@ -5,7 +5,7 @@ import pytest
 from synth.core.library import resolve_topology
 from synth.milp.sketch import default_sketch, parse_sketch
 from synth.milp.synthesize import synthesize
-from synth.verifier import verify
+from synth.verify import verify
 
 
 def _invariant(schedule, perm) -> bool:

@@ -11,7 +11,7 @@ from synth.cost import step_time_us
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.milp.exact import CUTS, best_exact, count_binaries, exact_schedule
-from synth.verifier import verify
+from synth.verify import verify
 
 SIZE = 1 << 20
 SOLVERS = ("highs", "cbc")

@@ -10,7 +10,7 @@ from synth.milp.hoist import hoist_sends
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
 from synth.core.library import resolve_topology
-from synth.verifier import verify
+from synth.verify import verify
 from tests.schedule_strategies import valid_schedules
 
 

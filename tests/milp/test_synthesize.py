@@ -21,7 +21,7 @@ from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.routing import route
 from synth.milp.synthesize import synthesize
 from synth.milp.sketch import default_sketch, parse_sketch
-from synth.verifier import verify
+from synth.verify import verify
 
 SOLVERS = milp_backend.available_solvers()
 

@@ -20,7 +20,7 @@ from synth.core.errors import InputError, InvalidScheduleError
 from synth.milp.timing import TimingReport, merge_starts, merge_steps, timing_report
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Group, Link, Topology
-from synth.verifier import verify
+from synth.verify import verify
 
 from tests.schedule_strategies import valid_schedules
 

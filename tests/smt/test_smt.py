@@ -16,7 +16,7 @@ from synth.core.library import resolve_topology
 from synth.core.schedule import Status
 from synth.smt.strategies import least_steps, pareto, solve_instance
 from synth.core.symmetry import collective_symmetries
-from synth.verifier import verify
+from synth.verify import verify
 
 from tests.schedule_strategies import topologies
 

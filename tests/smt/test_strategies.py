@@ -6,7 +6,7 @@ def test_allreduce_frontier_with_jobs_equals_the_serial_one():
     """The reduce-scatter and allgather sweeps in two processes: the same points and schedules."""
     from synth.core.library import resolve_topology
     from synth.smt.strategies import pareto
-    from synth.verifier import verify
+    from synth.verify import verify
 
     topo = resolve_topology("ring:4")
     serial = pareto(topo, "allreduce", time_limit=30)
@@ -43,7 +43,7 @@ def test_torus_alltoall_meets_both_bounds_under_translations():
     finds it (the full group could not), and the schedule verifies."""
     from synth.core.library import resolve_topology
     from synth.smt.session import SmtSession
-    from synth.verifier import verify
+    from synth.verify import verify
 
     result = SmtSession(resolve_topology("torus:4x4"), "alltoall", None).solve(4, 8, 1, time_limit=120)
     assert result.status.value == "solved" and verify(result.schedule) == []
@@ -54,7 +54,7 @@ def test_broadcast_walks_past_eight_chunks_and_says_why_it_stopped():
     """Pipelined collectives default to 16 chunks; the note names where and why the walk ended."""
     from synth.core.library import resolve_topology
     from synth.smt.strategies import default_max_chunks, pareto
-    from synth.verifier import verify
+    from synth.verify import verify
 
     assert default_max_chunks("broadcast") == 16 and default_max_chunks("allgather") == 8
     frontier = pareto(resolve_topology("dgx1"), "broadcast", 0, time_limit=60)
@@ -95,7 +95,7 @@ def _split_step(schedule, index: int, first: int):
 def test_splitting_a_step_keeps_the_schedule_valid(topo_name, name, budget):
     from synth.core.library import resolve_topology
     from synth.smt.session import SmtSession
-    from synth.verifier import verify
+    from synth.verify import verify
 
     session = SmtSession(resolve_topology(topo_name), name, 0 if name == "broadcast" else None)
     assert session.steps_split_freely
@@ -226,7 +226,7 @@ def test_merging_steps_keeps_sends_and_rounds_and_the_schedule_valid(topo_name, 
     from synth.core.library import resolve_topology
     from synth.core.transforms import merge_steps
     from synth.smt.session import SmtSession
-    from synth.verifier import verify
+    from synth.verify import verify
 
     found = SmtSession(resolve_topology(topo_name), name, 0 if name == "broadcast" else None).solve(*budget, time_limit=60)
     assert found.status.value == "solved"

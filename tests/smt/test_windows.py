@@ -9,7 +9,7 @@ from synth.core.schedule import Status
 from synth.smt.encoding import SmtInstance
 from synth.smt.session import SmtSession
 from synth.smt.windows import fewer_steps
-from synth.verifier import verify
+from synth.verify import verify
 
 
 @pytest.mark.parametrize("topo_name, name, root, budget, split", [
