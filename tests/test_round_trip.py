@@ -13,7 +13,7 @@ from synth.baselines import registry
 from synth.baselines.common import BaselineNotApplicable
 from synth.cli.main import main
 from synth.exporters.msccl_xml import program_to_xml
-from synth.exporters.program_json import program_from_json, program_to_json
+from synth.program.document import program_from_json, program_to_json
 from synth.core.library import resolve_topology
 from synth.lower.lowering import LoweringOptions, lower
 from synth.msccl.load_rules import check_profile, ok

@@ -64,6 +64,272 @@ class SplitCut:
         return lhs < scale * self.floor * (1 - TOLERANCE) - TOLERANCE
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """The step axis: ``steps`` steps of one hop each, except the ``pooled`` one (1-based, or
+    None), which stands for any number of steps (zero included): inside it data moves any
+    number of hops, each link carrying at most capacity x its rounds in all."""
+
+    steps: int
+    pooled: int | None
+
+    def before(self, t: int) -> float:
+        """Hops data can have made before step t (every step one hop, the pooled one any)."""
+        return math.inf if self.pooled is not None and self.pooled < t else t - 1
+
+    def after(self, t: int) -> float:
+        """Hops data can still make after step t."""
+        return math.inf if self.pooled is not None and self.pooled > t else self.steps - t
+
+    def inside(self, t: int) -> float:
+        """Hops data can make in step t besides the link it crosses: any in the pooled step."""
+        return math.inf if t == self.pooled else 0
+
+    def departs(self, t: int) -> int:
+        """When data crossing a link in step t left the link's source: t - 1, or t in the pooled
+        step (data entering it can move on in it)."""
+        return t if t == self.pooled else t - 1
+
+
+@dataclass(frozen=True)
+class _Destination:
+    """One commodity: chunk class ``k`` (holders ``pre``) to destination ``d``, with its flow
+    columns by (link index, step) and its hold columns by (rank, step)."""
+
+    k: int
+    pre: frozenset
+    d: int
+    flow: dict[tuple[int, int], int]
+    hold: dict[tuple[int, int], int]
+
+
+@dataclass(frozen=True)
+class _Index:
+    """The model's columns: the commodities' flows and holds, the uses (class, link, step) ->
+    column, and how many columns there are (the tail's columns follow)."""
+
+    destinations: tuple[_Destination, ...]
+    use: dict[tuple[int, int, int], int]
+    columns: int
+
+
+_NO_ROWS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The built LP of a StepRelaxation, less the tail (the rounds columns, added per solve).
+
+    Two flags, one meaning each. ``applies``: the relaxation gives a bound here (False: a link
+    or group capacity that is not whole, or over MAX_COLUMNS columns; callers fall back).
+    ``unreachable``: some destination is farther than the steps allow from every holder of
+    its chunk, so no schedule exists (the bound is inf; no solve is needed). When either says
+    so (``applies`` False or ``unreachable`` True), the arrays are empty.
+    """
+
+    applies: bool
+    unreachable: bool
+    representatives: tuple[int, ...]  # one chunk class per orbit of the group: those with flows
+    columns: int  # flow, hold and use columns
+    flow_coo: tuple[np.ndarray, ...]  # conservation and use rows: (rows, cols, vals, lower, upper)
+    flow_rhs: np.ndarray  # their right-hand sides (the cut's floor is the duals' product with it)
+    capacity: tuple[np.ndarray, ...]  # the capacity rows' flows part: (rows, cols, vals)
+    cap_of_row: np.ndarray  # each capacity row's capacity
+    step_of_row: np.ndarray  # and its step, 0-based
+
+    @property
+    def flow_rows(self) -> int:
+        return len(self.flow_rhs)
+
+    @classmethod
+    def no_bound(cls, representatives: tuple[int, ...] = ()) -> _Parts:
+        """The relaxation does not apply: no arrays."""
+        return cls._empty(False, False, representatives)
+
+    @classmethod
+    def no_schedule(cls, representatives: tuple[int, ...]) -> _Parts:
+        """A destination is out of reach: no arrays, no solve needed."""
+        return cls._empty(True, True, representatives)
+
+    @classmethod
+    def _empty(cls, applies: bool, unreachable: bool, representatives: tuple[int, ...]) -> _Parts:
+        return cls(applies, unreachable, representatives, 0, _NO_ROWS, np.zeros(0), _NO_ROWS[:3], np.zeros(0),
+                   np.zeros(0, dtype=np.int64))
+
+
+def _build(topology: Topology, classes, axis: _Steps, group) -> _Parts:
+    """The model: columns, then the flows' rows (conservation and uses), then the capacity
+    rows; no bound where a capacity is not whole."""
+    caps = [topology.link_capacity(l) for l in topology.links]
+    if any(c is None for c in caps) or any(topology.group_capacity(g) is None for g in topology.groups):
+        return _Parts.no_bound()
+    representatives = _representatives(classes, group)
+    index = _columns(topology, classes, representatives, axis)
+    if isinstance(index, _Parts):
+        return index
+    flow_coo, flow_rhs = _flow_rows(topology.links, index, axis)
+    capacity, cap_of_row, step_of_row = _capacity_rows(topology, caps, group, index, classes, axis.steps)
+    return _Parts(True, False, representatives, index.columns, flow_coo, flow_rhs, capacity, cap_of_row,
+                  step_of_row)
+
+
+def _representatives(classes, group) -> tuple[int, ...]:
+    """The classes that get flows: the first of each orbit under the group (class k's images
+    (g(pre), g(post)) for every g in the group)."""
+    index_of_class = {(pre, post): k for k, (pre, post, _) in enumerate(classes)}
+    found = []
+    for k, (pre, post, _) in enumerate(classes):
+        images = [index_of_class[(frozenset(g[r] for r in pre), frozenset(g[r] for r in post))] for g in group]
+        if min(images) == k:
+            found.append(k)
+    return tuple(found)
+
+
+def _columns(topology: Topology, classes, representatives, axis: _Steps) -> _Index | _Parts:
+    """Variables, numbered in this order per representative class k and destination d (post
+    less pre, ascending): d's flow and hold columns (``_destination_columns``), then a use
+    column u_{k,l,t} for each (link, step) d flows on that no earlier destination of k did.
+    A destination farther from every holder than the steps allow: the unreachable model;
+    over MAX_COLUMNS (counted after each destination's flows and holds): no bound."""
+    dist = topology.hop_distances
+    destinations: list[_Destination] = []
+    use: dict[tuple[int, int, int], int] = {}
+    col = 0
+    for k in representatives:
+        pre, post, _ = classes[k]
+        near = [min(dist[h][r] for h in pre) for r in range(topology.ranks)]
+        for d in sorted(post - pre):
+            if near[d] > axis.before(axis.steps + 1):
+                return _Parts.no_schedule(representatives)
+            flow, hold, col = _destination_columns(topology, pre, near, d, axis, col)
+            if col > MAX_COLUMNS:
+                return _Parts.no_bound(representatives)
+            for i, t in flow:
+                if (k, i, t) not in use:
+                    use[(k, i, t)] = col
+                    col += 1
+            destinations.append(_Destination(k, pre, d, flow, hold))
+    return _Index(tuple(destinations), use, col)
+
+
+def _destination_columns(topology: Topology, pre: frozenset, near: list, d: int, axis: _Steps, col: int):
+    """One destination's columns, step by step, numbered from ``col``: a flow on link l in step
+    t (from (src, departs(t)) to (dst, t)) unless l enters a holder, or its source is farther
+    from the holders (``near``) or d from its end than the hops made before t / left after t
+    allow (plus the pooled step's own); a hold of rank r from t - 1 to t for a non-holder the
+    data can have reached and d can still be reached from. (flow, hold, next column)."""
+    dist = topology.hop_distances
+    flow: dict[tuple[int, int], int] = {}
+    hold: dict[tuple[int, int], int] = {}
+    for t in range(1, axis.steps + 1):
+        before, after, inside = axis.before(t), axis.after(t), axis.inside(t)
+        for i, l in enumerate(topology.links):
+            if l.dst in pre or near[l.src] > before + inside or dist[l.dst][d] > after + inside:
+                continue
+            flow[(i, t)] = col
+            col += 1
+        for r in range(topology.ranks):
+            if r not in pre and near[r] <= before and dist[r][d] <= after + inside:
+                hold[(r, t)] = col
+                col += 1
+    return flow, hold, col
+
+
+def _flow_rows(links, index: _Index, axis: _Steps) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The flows' rows, per destination its conservation rows then its use rows, as one COO
+    block (rows, cols, vals, lower, upper), and their right-hand sides."""
+    rows = LpRows()
+    rhs: list[np.ndarray] = []
+    for dest in index.destinations:
+        block = _conservation(links, dest, axis)
+        rows.add(*block)
+        rhs.append(block[3])
+        if dest.flow:
+            rows.add(*_use_rows(dest, index.use))
+        rhs.append(np.zeros(len(dest.flow)))
+    coo = rows.arrays() if rows.parts else _NO_ROWS
+    return coo, (np.concatenate(rhs) if rhs else np.zeros(0))
+
+
+def _conservation(links, dest: _Destination, axis: _Steps) -> tuple[np.ndarray, ...]:
+    """Flow conservation at each (rank, time) node the destination's columns touch, holders
+    excluded (they are the sources): inflow - outflow = 1 at (d, S), else 0; a node's rows in
+    sorted order. A flow in step t enters (dst, t) and leaves (src, departs(t)); a hold
+    enters (r, t) and leaves (r, t - 1)."""
+    node_terms: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for (i, t), c in dest.flow.items():
+        l = links[i]
+        node_terms.setdefault((l.dst, t), []).append((c, 1.0))
+        if l.src not in dest.pre:
+            node_terms.setdefault((l.src, axis.departs(t)), []).append((c, -1.0))
+    for (r, t), c in dest.hold.items():
+        node_terms.setdefault((r, t), []).append((c, 1.0))
+        node_terms.setdefault((r, t - 1), []).append((c, -1.0))
+    node_terms.setdefault((dest.d, axis.steps), [])
+    r_idx, c_idx, v_idx, rhs = [], [], [], []
+    for n, (node, terms) in enumerate(sorted(node_terms.items())):
+        for c, v in terms:
+            r_idx.append(n)
+            c_idx.append(c)
+            v_idx.append(v)
+        rhs.append(1.0 if node == (dest.d, axis.steps) else 0.0)
+    return (np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
+            np.array(rhs), np.array(rhs))
+
+
+def _use_rows(dest: _Destination, use: dict[tuple[int, int, int], int]) -> tuple[np.ndarray, ...]:
+    """u_{k,l,t} >= each flow of the destination on (l, t), one row per flow column: copies
+    are free, so one send serves every destination of the class."""
+    r_idx, c_idx, v_idx = [], [], []
+    for n, ((i, t), c) in enumerate(dest.flow.items()):
+        r_idx += [n, n]
+        c_idx += [c, use[(dest.k, i, t)]]
+        v_idx += [1.0, -1.0]
+    count = len(dest.flow)
+    return (np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
+            np.full(count, -np.inf), np.zeros(count))
+
+
+def _pulled_links(links, group) -> list[list[int]]:
+    """[g][link] -> index of g^-1(link), for every g in the group."""
+    index = {l.key: i for i, l in enumerate(links)}
+    inverse = [tuple(sorted(range(len(g)), key=g.__getitem__)) for g in group]
+    return [[index[(h[l.src], h[l.dst])] for l in links] for h in inverse]
+
+
+def _capacity_rows(topology: Topology, caps, group, index: _Index, classes, steps: int):
+    """Capacity rows' flows part: sum_k m_k u_{k,l,t} (m_k the class's chunks) <= cap x (the
+    tail) per step, for each link, then each group, one per orbit (its first member; same
+    capacity): class g(k) on link l is class k on g^-1(l), so the row sums k's uses of every
+    g^-1(l). Rows with no uses are left out. ((rows, cols, vals), cap_of_row, step_of_row)."""
+    links = topology.links
+    position = {l.key: i for i, l in enumerate(links)}
+    pulled = _pulled_links(links, group)
+    by_link_step: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for (k, i, t), c in index.use.items():
+        by_link_step.setdefault((i, t), []).append((c, classes[k][2]))
+    sets = [([i], caps[i]) for i in range(len(links))]
+    sets += [([position[key] for key in g.links], topology.group_capacity(g)) for g in topology.groups]
+    seen_sets: set = set()
+    r_idx, c_idx, v_idx, cap_of_row, step_of_row = [], [], [], [], []
+    for members, cap in sets:
+        key = min(tuple(sorted(row[i] for i in members)) for row in pulled)  # the orbit's name
+        if (key, cap) in seen_sets:
+            continue
+        seen_sets.add((key, cap))
+        for t in range(1, steps + 1):
+            terms = [term for row in pulled for i in members for term in by_link_step.get((row[i], t), [])]
+            if not terms:
+                continue
+            r_idx += [len(cap_of_row)] * len(terms)
+            c_idx += [c for c, _ in terms]
+            v_idx += [float(m) for _, m in terms]
+            cap_of_row.append(float(cap))
+            step_of_row.append(t - 1)
+    capacity = (np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx))
+    return capacity, np.array(cap_of_row), np.array(step_of_row, dtype=np.int64)
+
+
 class StepRelaxation:
     """The time-expanded flow LP of one (topology, chunk classes, steps), with its cuts.
 
@@ -71,6 +337,7 @@ class StepRelaxation:
     (rank, step) transition; per class a use u >= every flow of the class on a (link, step)
     (copies are free). Rows: conservation per destination, u >= f, and the capacity rows
     sum_k m_k u_{k,l,t} <= cap_l * r_t for links and groups (the tail, r or x, added per solve).
+    The built rows are ``parts`` (``_Parts``; ``_build``).
     """
 
     def __init__(self, topology: Topology, classes: tuple[tuple[frozenset, frozenset, int], ...], steps: int,
@@ -91,147 +358,36 @@ class StepRelaxation:
         self.pooled = pooled
         self.cuts: list[SplitCut] = []
         self._loads: dict[tuple[tuple[int, ...], int], float | None] = {}
-        self.unreachable = False
-        self.ok = self._build(topology, classes, steps, group or (tuple(range(topology.ranks)),))
+        self.parts = _build(topology, classes, _Steps(steps, pooled), group or (tuple(range(topology.ranks)),))
 
-    def _hops_before(self, t: int) -> float:
-        """Hops data can have made before step t (every step one hop, the pooled one any)."""
-        return math.inf if self.pooled is not None and self.pooled < t else t - 1
+    @property
+    def applies(self) -> bool:
+        """The relaxation gives a bound here (``_Parts.applies``)."""
+        return self.parts.applies
 
-    def _hops_after(self, t: int) -> float:
-        """Hops data can still make after step t."""
-        return math.inf if self.pooled is not None and self.pooled > t else self.steps - t
+    @property
+    def unreachable(self) -> bool:
+        """No schedule with these steps exists (``_Parts.unreachable``)."""
+        return self.parts.unreachable
 
-    def _build(self, topology, classes, S, group) -> bool:
-        dist = topology.hop_distances
-        before, after, pooled = self._hops_before, self._hops_after, self.pooled
-        links = topology.links
-        caps = [topology.link_capacity(l) for l in links]
-        if any(c is None for c in caps) or any(topology.group_capacity(g) is None for g in topology.groups):
-            return False
-        self.unreachable = False
-        rows = LpRows()
-        col = 0
-        use: dict[tuple[int, int, int], int] = {}  # (class, link, step) -> column of u
-        multiplicity: dict[int, int] = {}
-        conservation_rhs: list[np.ndarray] = []
-        index_of_class = {(pre, post): k for k, (pre, post, _) in enumerate(classes)}
-        representatives = []
-        for k, (pre, post, count) in enumerate(classes):
-            images = [index_of_class[(frozenset(g[r] for r in pre), frozenset(g[r] for r in post))] for g in group]
-            if min(images) == k:
-                representatives.append(k)
-        self.representatives = tuple(representatives)
-        for k in representatives:
-            pre, post, count = classes[k]
-            multiplicity[k] = count
-            near = [min(dist[h][r] for h in pre) for r in range(topology.ranks)]
-            for d in sorted(post - pre):
-                if near[d] > before(S + 1):
-                    self.unreachable = True
-                    return True
-                # (link index, step) -> column: from (src, t-1) to (dst, t); in the pooled step
-                # from (src, t) to (dst, t), so data entering it can move on in it
-                flow: dict[tuple[int, int], int] = {}
-                hold: dict[tuple[int, int], int] = {}  # (rank, step) -> column: (r, t-1) -> (r, t)
-                for t in range(1, S + 1):
-                    inside = math.inf if t == pooled else 0
-                    for i, l in enumerate(links):
-                        if (l.dst in pre or near[l.src] > before(t) + inside
-                                or dist[l.dst][d] > after(t) + inside):
-                            continue
-                        flow[(i, t)] = col
-                        col += 1
-                    for r in range(topology.ranks):
-                        if r not in pre and near[r] <= before(t) and dist[r][d] <= after(t) + inside:
-                            hold[(r, t)] = col
-                            col += 1
-                if col > MAX_COLUMNS:
-                    return False
-                # conservation at (r, t) for non-holders: inflow - outflow = [r == d and t == S]
-                node_terms: dict[tuple[int, int], list[tuple[int, float]]] = {}
-                for (i, t), c in flow.items():
-                    l = links[i]
-                    node_terms.setdefault((l.dst, t), []).append((c, 1.0))
-                    if l.src not in pre:
-                        node_terms.setdefault((l.src, t if t == pooled else t - 1), []).append((c, -1.0))
-                for (r, t), c in hold.items():
-                    node_terms.setdefault((r, t), []).append((c, 1.0))
-                    node_terms.setdefault((r, t - 1), []).append((c, -1.0))
-                node_terms.setdefault((d, S), [])
-                r_idx, c_idx, v_idx, rhs = [], [], [], []
-                for n, ((r, t), terms) in enumerate(sorted(node_terms.items())):
-                    for c, v in terms:
-                        r_idx.append(n)
-                        c_idx.append(c)
-                        v_idx.append(v)
-                    rhs.append(1.0 if (r, t) == (d, S) else 0.0)
-                conservation_rhs.append(np.array(rhs))
-                rows.add(np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
-                         np.array(rhs), np.array(rhs))
-                # u_{k,l,t} >= f
-                r_idx, c_idx, v_idx = [], [], []
-                for n, ((i, t), c) in enumerate(flow.items()):
-                    key = (k, i, t)
-                    if key not in use:
-                        use[key] = col
-                        col += 1
-                    r_idx += [n, n]
-                    c_idx += [c, use[key]]
-                    v_idx += [1.0, -1.0]
-                conservation_rhs.append(np.zeros(len(flow)))
-                if flow:
-                    rows.add(np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx),
-                             np.full(len(flow), -np.inf), np.zeros(len(flow)))
-        self.flow_rows = rows.count
-        self.flow_rhs = np.concatenate(conservation_rhs) if conservation_rhs else np.zeros(0)
-        # capacity rows: sum_k m_k u_{k,l,t} <= cap * (tail), links then groups, one per orbit;
-        # class g(k) on link l is class k on g^-1(l)
-        index = {l.key: i for i, l in enumerate(links)}
-        inverse = [tuple(sorted(range(len(g)), key=g.__getitem__)) for g in group]
-        pulled = [[index[(h[l.src], h[l.dst])] for l in links] for h in inverse]  # [g][link] -> g^-1(link)
-        by_link_step: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for (k, i, t), c in use.items():
-            by_link_step.setdefault((i, t), []).append((c, multiplicity[k]))
-        sets = [([i], caps[i]) for i in range(len(links))]
-        sets += [([index[key] for key in g.links], topology.group_capacity(g)) for g in topology.groups]
-        seen_sets: set = set()
-        r_idx, c_idx, v_idx, cap_of_row, step_of_row = [], [], [], [], []
-        for members, cap in sets:
-            key = min(tuple(sorted(row[i] for i in members)) for row in pulled)  # the orbit's name
-            if (key, cap) in seen_sets:
-                continue
-            seen_sets.add((key, cap))
-            for t in range(1, S + 1):
-                terms = [term for row in pulled for i in members for term in by_link_step.get((row[i], t), [])]
-                if not terms:
-                    continue
-                n = len(cap_of_row)
-                for c, m in terms:
-                    r_idx.append(n)
-                    c_idx.append(c)
-                    v_idx.append(float(m))
-                cap_of_row.append(float(cap))
-                step_of_row.append(t - 1)
-        self.columns = col
-        self.rows = rows
-        self.capacity = (np.array(r_idx, dtype=np.int64), np.array(c_idx, dtype=np.int64), np.array(v_idx))
-        self.cap_of_row = np.array(cap_of_row)
-        self.step_of_row = np.array(step_of_row, dtype=np.int64)
-        return True
+    @property
+    def columns(self) -> int:
+        return self.parts.columns
 
     def _model(self, tail_coo, cost_tail, lower_tail):
-        """The LP with the flows and the given tail columns in the capacity rows:
+        """The LP: the built rows, the capacity rows with the given tail columns (after the
+        built ones), and the objective: the tail's costs (the built columns cost nothing).
         (cost, column lower bounds, COO, row lower, row upper)."""
-        n_cap = len(self.cap_of_row)
+        p = self.parts
+        n_cap = len(p.cap_of_row)
         rows = LpRows()
-        rows.parts, rows.count = list(self.rows.parts), self.rows.count
-        r_idx, c_idx, v_idx = self.capacity
+        rows.add(*p.flow_coo)
+        r_idx, c_idx, v_idx = p.capacity
         t_rows, t_cols, t_vals = tail_coo
-        rows.add(np.concatenate([r_idx, t_rows]), np.concatenate([c_idx, t_cols + self.columns]),
+        rows.add(np.concatenate([r_idx, t_rows]), np.concatenate([c_idx, t_cols + p.columns]),
                  np.concatenate([v_idx, t_vals]), np.full(n_cap, -np.inf), np.zeros(n_cap))
-        cost = np.concatenate([np.zeros(self.columns), cost_tail])
-        col_lower = np.concatenate([np.zeros(self.columns), lower_tail])
+        cost = np.concatenate([np.zeros(p.columns), cost_tail])
+        col_lower = np.concatenate([np.zeros(p.columns), lower_tail])
         r, c, v, lo, up = rows.arrays()
         return cost, col_lower, (r, c, v), lo, up
 
@@ -242,12 +398,11 @@ class StepRelaxation:
         if solved is None:
             return None
         objective, row_duals, values = solved
-        n_cap = len(self.cap_of_row)
-        weights = -row_duals[self.flow_rows:self.flow_rows + n_cap]  # >= 0 on the capacity rows
-        a = np.bincount(self.step_of_row, weights=np.maximum(weights, 0.0) * self.cap_of_row,
-                        minlength=self.steps)
-        beta = float(row_duals[:self.flow_rows] @ self.flow_rhs)
-        return objective, SplitCut(tuple(float(x) for x in a), beta), values[self.columns:]
+        p = self.parts
+        weights = -row_duals[p.flow_rows:p.flow_rows + len(p.cap_of_row)]  # >= 0 on the capacity rows
+        a = np.bincount(p.step_of_row, weights=np.maximum(weights, 0.0) * p.cap_of_row, minlength=self.steps)
+        beta = float(row_duals[:p.flow_rows] @ p.flow_rhs)
+        return objective, SplitCut(tuple(float(x) for x in a), beta), values[p.columns:]
 
     def _least_rounds_per_step(self) -> np.ndarray:
         """1 per step, 0 for the pooled one (it may stand for no steps at all)."""
@@ -258,7 +413,8 @@ class StepRelaxation:
 
     def _rounds_tail(self, scale: float):
         """Capacity rows' tail for one column of rounds per step (per chunk unit: r_t / scale)."""
-        return np.arange(len(self.cap_of_row)), self.step_of_row, -self.cap_of_row / scale
+        p = self.parts
+        return np.arange(len(p.cap_of_row)), p.step_of_row, -p.cap_of_row / scale
 
     def least_total(self, scale: int) -> float | None:
         """min sum_t r_t (per chunk unit times ``scale``) subject to r_t >= 1."""
@@ -286,17 +442,18 @@ class StepRelaxation:
 
     def load(self, rounds_per_step: tuple[int, ...], scale: int) -> float | None:
         """Least x with rounds x * r_t per step feasible (fractionally); > 1: ruled out."""
+        if self.unreachable:
+            return math.inf
         key = (tuple(rounds_per_step), scale)
         if key not in self._loads:
             self._loads[key] = self._load(*key)
         return self._loads[key]
 
     def _load(self, rounds_per_step: tuple[int, ...], scale: int) -> float | None:
-        if self.unreachable:
-            return math.inf
-        n_cap = len(self.cap_of_row)
-        per_unit = np.array(rounds_per_step, dtype=float)[self.step_of_row] / scale
-        tail = (np.arange(n_cap), np.zeros(n_cap, dtype=np.int64), -self.cap_of_row * per_unit)
+        p = self.parts
+        n_cap = len(p.cap_of_row)
+        per_unit = np.array(rounds_per_step, dtype=float)[p.step_of_row] / scale
+        tail = (np.arange(n_cap), np.zeros(n_cap, dtype=np.int64), -p.cap_of_row * per_unit)
         solved = self._solve(tail, np.ones(1), np.zeros(1))
         if solved is None:
             return None
@@ -470,11 +627,7 @@ def step_rounds_bound(topology: Topology, collective: Collective, steps: int) ->
 @lru_cache(maxsize=1024)
 def _least_total(topology: Topology, collective: Collective, steps: int) -> float | None:
     relax, scale = _relaxation_for(topology, collective, steps)
-    if not relax.ok:
-        return None
-    if relax.unreachable:
-        return math.inf
-    return relax.least_total(scale)
+    return relax.least_total(scale) if relax.applies else None
 
 
 def _model(topology: Topology, collective: Collective, steps: int) -> tuple[StepRelaxation, int] | None:
@@ -483,7 +636,7 @@ def _model(topology: Topology, collective: Collective, steps: int) -> tuple[Step
     if collective.combining:
         return None
     relax, scale = _relaxation_for(topology, collective, steps)
-    return (relax, scale) if relax.ok else None
+    return (relax, scale) if relax.applies else None
 
 
 def distribution_load(
@@ -497,7 +650,7 @@ def distribution_load(
     if found is None:
         return None
     relax, scale = found
-    return math.inf if relax.unreachable else relax.load(tuple(rounds_per_step), scale)
+    return relax.load(tuple(rounds_per_step), scale)
 
 
 def open_splits(topology: Topology, collective: Collective, rounds: int, steps: int,
@@ -512,7 +665,7 @@ def open_splits(topology: Topology, collective: Collective, rounds: int, steps: 
     if found is None:
         return [tuple(row) for row in every.tolist()]
     relax, scale = found
-    return [] if relax.unreachable else relax.open_splits(rounds, scale, max_solves, seconds=seconds)
+    return relax.open_splits(rounds, scale, max_solves, seconds=seconds)
 
 
 def split_ruled_out(topology: Topology, collective: Collective, rounds_per_step: tuple[int, ...],
@@ -523,8 +676,6 @@ def split_ruled_out(topology: Topology, collective: Collective, rounds_per_step:
     if found is None:
         return False
     relax, scale = found
-    if relax.unreachable:
-        return True
     if not solve:
         return relax.cut_rules_out(tuple(rounds_per_step), scale)
     return relax.rules_out(tuple(rounds_per_step), scale)
@@ -569,7 +720,7 @@ def least_rounds_any_steps(topology: Topology, collective: Collective) -> int | 
         return None
     classes, scale = _classes(collective)
     relax = relaxation(topology, classes, HEAD_STEPS + 1 + TAIL_STEPS, HEAD_STEPS + 1)
-    if not relax.ok:
+    if not relax.applies:
         return None
     if relax.unreachable:
         return math.inf  # type: ignore[return-value]

@@ -21,7 +21,7 @@ def _msccl_xml(program: Program, runtime: str | None) -> str:
 
 
 def _program_json(program: Program, runtime: str | None) -> str:
-    from synth.exporters.program_json import program_to_json
+    from synth.program.document import program_to_json
 
     return program_to_json(program)
 

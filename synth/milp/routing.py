@@ -71,123 +71,193 @@ def route(topology: Topology, collective: Collective, sketch: Sketch,
     under it.
     """
     started = time.perf_counter()
-    machine_of = topology.machine_of
-    links = topology.links
     if topology.machine_count < 2:
-        return RoutePlan(Status.SOLVED, (0,) * len(links), 0.0, 0.0, 0,
+        return RoutePlan(Status.SOLVED, (0,) * len(topology.links), 0.0, 0.0, 0,
                          "one machine: the ordering stage routes over its links step by step", planned=False)
     options = options or MilpOptions()
     if quotient is None:
         quotient = _rotation_quotient(topology, collective, sketch)
-    ranks, chunks = topology.ranks, collective.chunks
-    machine = np.array(machine_of, dtype=np.int64)
-    origin = np.array([min(pre) for pre in collective.pre], dtype=np.int64)
-    need = np.zeros((ranks, chunks), dtype=bool)
-    for c, (pre, post) in enumerate(zip(collective.pre, collective.post)):
-        need[list(set(post) - set(pre)), c] = True
-    cross = [i for i, l in enumerate(links) if machine_of[l.src] != machine_of[l.dst]
-             and sketch.allowed_crossing(topology, l.src, l.dst)]
-    canon = _Canon(quotient)
-    link_rep = canon.links(cross, links)  # cross link -> its orbit's key
+    return _RoutingModel(topology, collective, sketch, quotient).solve(options, started)
 
-    # demand: chunks of origin o needed somewhere in machine j (o a representative rank)
-    rep_ranks = canon.rep_ranks
-    demand: dict[tuple[int, int], int] = {}
-    for c in np.nonzero(np.isin(origin, rep_ranks))[0]:
-        o = int(origin[c])
-        for m in np.unique(machine[need[:, c]]).tolist():
-            if m != machine[o]:
-                demand[(o, m)] = demand.get((o, m), 0) + 1
-    remote = need & (machine[:, None] != machine[origin][None, :])
-    remote_need = remote.sum(axis=1).astype(float)
-    total_need = need.sum(axis=1).astype(float)
-    needs_origin = np.zeros((ranks, ranks), dtype=bool)  # rank a needs chunks of origin o
-    for o in np.unique(origin).tolist():
-        needs_origin[:, o] = need[:, origin == o].any(axis=1)
-    origins_of_machine: dict[int, list[int]] = {}
-    for o in np.unique(origin).tolist():
-        origins_of_machine.setdefault(int(machine[o]), []).append(o)
-    wanted = {(o, m) for o in np.unique(origin).tolist() for m in np.unique(machine[needs_origin[:, o]]).tolist()
-              if m != machine[o]}
 
-    prob = pulp.LpProblem("routing", pulp.LpMinimize)
-    T = prob.add_variable("T", lowBound=0)
-    y_of: dict[tuple[int, int], pulp.LpVariable] = {}
-    for i in cross:
-        rep = link_rep[i]
-        if rep not in y_of:
-            y_of[rep] = _var(prob, f"y_{rep[0]}_{rep[1]}", cat="Integer")
-    y = {i: y_of[link_rep[i]] for i in cross}
-    x_orbit: dict[tuple, pulp.LpVariable] = {}
+class _RoutingModel:
+    """The routing MILP of one instance: its data, its variables and one method per constraint
+    family, added in a fixed order (so the model, its row names and its plan are reproducible).
 
-    def x_vars(i: int) -> dict[int, pulp.LpVariable]:
-        """origin -> the variable of its first entries over cross link i."""
-        l = links[i]
+    Variables: ``T`` (rounds); ``y`` per orbit of allowed cross links (integer copies it
+    carries); ``x`` per orbit of (origin, cross link) (first entries of the origin's chunks
+    into the link's target machine, made on first use by ``_x_vars``); ``direct_b`` per
+    representative rank b (copies landing on b that it needs).
+    """
+
+    def __init__(self, topology: Topology, collective: Collective, sketch: Sketch, quotient: Quotient):
+        self.topology, self.sketch = topology, sketch
+        self.links, self.machine_of = topology.links, topology.machine_of
+        self.machine = np.array(topology.machine_of, dtype=np.int64)
+        self.origin = np.array([min(pre) for pre in collective.pre], dtype=np.int64)
+        self.need = np.zeros((topology.ranks, collective.chunks), dtype=bool)  # rank a needs chunk c
+        for c, (pre, post) in enumerate(zip(collective.pre, collective.post)):
+            self.need[list(set(post) - set(pre)), c] = True
+        self.cross = [i for i, l in enumerate(self.links) if self.machine_of[l.src] != self.machine_of[l.dst]
+                      and sketch.allowed_crossing(topology, l.src, l.dst)]
+        self.canon = _Canon(quotient)
+        self.link_rep = self.canon.links(self.cross, self.links)  # cross link -> its orbit's key
+        self._origins()
+        self._cross_lists()
+        self.prob = pulp.LpProblem("routing", pulp.LpMinimize)
+        self.T = self.prob.add_variable("T", lowBound=0)
+        self.y_of: dict[tuple[int, int], pulp.LpVariable] = {}  # orbit key -> its copies
+        for i in self.cross:
+            rep = self.link_rep[i]
+            if rep not in self.y_of:
+                self.y_of[rep] = _var(self.prob, f"y_{rep[0]}_{rep[1]}", cat="Integer")
+        self.y = {i: self.y_of[self.link_rep[i]] for i in self.cross}
+        self.x_orbit: dict[tuple, pulp.LpVariable] = {}
+        self.intra_load: dict[int, pulp.LpAffineExpression] = {}
+
+    def _origins(self) -> None:
+        """Who needs which origin's chunks: per rank, all it needs and what it needs from other
+        machines; ``needs_origin[a, o]``; the origins of each machine; ``wanted`` (origin,
+        machine) pairs, machine needing some chunk of origin o (not its own machine)."""
+        machine, origin, need = self.machine, self.origin, self.need
+        origins = np.unique(origin).tolist()
+        remote = need & (machine[:, None] != machine[origin][None, :])
+        self.remote_need = remote.sum(axis=1).astype(float)
+        self.total_need = need.sum(axis=1).astype(float)
+        self.needs_origin = np.zeros((self.topology.ranks, self.topology.ranks), dtype=bool)
+        for o in origins:
+            self.needs_origin[:, o] = need[:, origin == o].any(axis=1)
+        self.origins_of_machine: dict[int, list[int]] = {}
+        for o in origins:
+            self.origins_of_machine.setdefault(int(machine[o]), []).append(o)
+        self.wanted = {(o, m) for o in origins for m in np.unique(machine[self.needs_origin[:, o]]).tolist()
+                       if m != machine[o]}
+
+    def _cross_lists(self) -> None:
+        """Cross links by (source machine, target machine), by target rank and by source rank."""
+        self.into_machine: dict[tuple[int, int], list[int]] = {}
+        self.into: dict[int, list[int]] = {}
+        self.out_of: dict[int, list[int]] = {}
+        for i in self.cross:
+            l = self.links[i]
+            self.into_machine.setdefault((self.machine_of[l.src], self.machine_of[l.dst]), []).append(i)
+            self.into.setdefault(l.dst, []).append(i)
+            self.out_of.setdefault(l.src, []).append(i)
+
+    def _demand(self) -> dict[tuple[int, int], int]:
+        """(o, m) -> chunks of origin o (a representative rank) needed somewhere in machine m,
+        another machine than o's."""
+        machine, origin = self.machine, self.origin
+        demand: dict[tuple[int, int], int] = {}
+        for c in np.nonzero(np.isin(origin, self.canon.rep_ranks))[0]:
+            o = int(origin[c])
+            for m in np.unique(machine[self.need[:, c]]).tolist():
+                if m != machine[o]:
+                    demand[(o, m)] = demand.get((o, m), 0) + 1
+        return demand
+
+    def _x_vars(self, i: int) -> dict[int, pulp.LpVariable]:
+        """origin -> the variable of its first entries over cross link i (origins of the link's
+        source machine whose chunks its target machine wants and the link may carry)."""
+        l = self.links[i]
         out = {}
-        for o in origins_of_machine.get(machine_of[l.src], ()):
-            if (o, machine_of[l.dst]) not in wanted or not sketch.may_carry_link(topology, l.src, l.dst, o):
+        for o in self.origins_of_machine.get(self.machine_of[l.src], ()):
+            if ((o, self.machine_of[l.dst]) not in self.wanted
+                    or not self.sketch.may_carry_link(self.topology, l.src, l.dst, o)):
                 continue
-            key = canon.triple(o, l.src, l.dst)
-            if key not in x_orbit:
-                x_orbit[key] = _var(prob, f"x_{key[0]}_{key[1]}_{key[2]}")
-            out[o] = x_orbit[key]
+            key = self.canon.triple(o, l.src, l.dst)
+            if key not in self.x_orbit:
+                self.x_orbit[key] = _var(self.prob, f"x_{key[0]}_{key[1]}_{key[2]}")
+            out[o] = self.x_orbit[key]
         return out
 
-    into_machine: dict[tuple[int, int], list[int]] = {}  # (source machine, target machine) -> cross links
-    into: dict[int, list[int]] = {}
-    out_of: dict[int, list[int]] = {}
-    for i in cross:
-        l = links[i]
-        into_machine.setdefault((machine_of[l.src], machine_of[l.dst]), []).append(i)
-        into.setdefault(l.dst, []).append(i)
-        out_of.setdefault(l.src, []).append(i)
-    for (o, m), count in sorted(demand.items()):
-        terms = [v for i in into_machine.get((machine_of[o], m), ()) for og, v in x_vars(i).items() if og == o]
-        if not terms:
-            raise InputError(f"sketch: no link it allows may carry rank {o}'s chunks into machine {m} "
-                             "(relay mode / carries), but ranks there need them")
-        prob += pulp.lpSum(terms) >= count
-    for i in canon.first_of_each(cross, link_rep):
-        first = list(x_vars(i).values())
-        if first:
-            prob += y[i] >= pulp.lpSum(first)
-        prob += y[i] <= topology.link_capacity(links[i]) * T
-    cross_index = {links[i].key: i for i in cross}
-    seen_rows: set = set()
-    for g in topology.groups:
-        members = [cross_index[k] for k in g.links if k in cross_index]
-        if members:
-            row = (tuple(sorted(link_rep[i] for i in members)), topology.group_capacity(g))
-            if row in seen_rows:
-                continue  # the same constraint, up to the symmetry
-            seen_rows.add(row)
-            prob += pulp.lpSum(y[i] for i in members) <= topology.group_capacity(g) * T
-    in_cap, out_cap = _port_capacities(topology)
-    intra_load = {}
-    for b in rep_ranks.tolist():
-        direct = _var(prob, f"direct_{b}", up=float(remote_need[b]))
-        if into.get(b):
-            prob += direct <= pulp.lpSum(y[i] for i in into[b])
-        else:
-            prob += direct <= 0
-        relay = [v for i in out_of.get(b, ()) for o, v in x_vars(i).items() if o != b and not needs_origin[b, o]]
-        intra_load[b] = float(total_need[b]) - direct + pulp.lpSum(relay)
-        prob += intra_load[b] <= in_cap[b] * T
-    for m in range(topology.machine_count):
-        members = [b for b in range(ranks) if machine_of[b] == m]
-        prob += pulp.lpSum(intra_load[canon.rank_rep(b)] for b in members) <= sum(out_cap[b] for b in members) * T
-    prob += T + 1e-4 * pulp.lpSum(y_of.values())
-    outcome = solve(prob, options)
-    seconds = time.perf_counter() - started
-    count = len(y_of) + len(x_orbit) + len(intra_load) + 1
-    if not outcome.has_incumbent:
-        return RoutePlan(as_status(outcome.status), (0,) * len(links), 0.0, seconds, count,
-                         f"routing MILP: {outcome.status.value} ({outcome.message})", planned=False)
-    copies = [0] * len(links)
-    for i in cross:
-        copies[i] = int(round(value(y[i])))
-    status = Status.SOLVED if outcome.status == MilpStatus.SOLVED else Status.TIMEOUT
-    return RoutePlan(status, tuple(copies), float(value(T)), seconds, count, outcome.message)
+    def _demand_rows(self) -> None:
+        """Demand: sum of x[o, i] over links i from o's machine into m >= the chunks of origin o
+        needed in machine m (every needed chunk enters each machine at least once)."""
+        for (o, m), count in sorted(self._demand().items()):
+            terms = [v for i in self.into_machine.get((self.machine_of[o], m), ())
+                     for og, v in self._x_vars(i).items() if og == o]
+            if not terms:
+                raise InputError(f"sketch: no link it allows may carry rank {o}'s chunks into machine {m} "
+                                 "(relay mode / carries), but ranks there need them")
+            self.prob += pulp.lpSum(terms) >= count
+
+    def _link_rows(self) -> None:
+        """Per orbit of cross links i (its first link): y[i] >= sum over origins of x[o, i] (the
+        copies carry the first entries; no row where the link carries none), then the link's
+        capacity y[i] <= capacity x T."""
+        for i in self.canon.first_of_each(self.cross, self.link_rep):
+            first = list(self._x_vars(i).values())
+            if first:
+                self.prob += self.y[i] >= pulp.lpSum(first)
+            self.prob += self.y[i] <= self.topology.link_capacity(self.links[i]) * self.T
+
+    def _group_rows(self) -> None:
+        """NIC groups: sum of y over a group's cross links <= group capacity x T, one row per
+        distinct (orbit keys, capacity) (the same row up to the symmetry is written once)."""
+        cross_index = {self.links[i].key: i for i in self.cross}
+        seen_rows: set = set()
+        for g in self.topology.groups:
+            members = [cross_index[k] for k in g.links if k in cross_index]
+            if members:
+                row = (tuple(sorted(self.link_rep[i] for i in members)), self.topology.group_capacity(g))
+                if row in seen_rows:
+                    continue  # the same constraint, up to the symmetry
+                seen_rows.add(row)
+                self.prob += pulp.lpSum(self.y[i] for i in members) <= self.topology.group_capacity(g) * self.T
+
+    def _in_port_rows(self, in_cap: np.ndarray) -> None:
+        """Per representative rank b: direct_b (0 <= direct_b <= chunks b needs from other
+        machines) <= the copies on cross links into b (0 without one); its intra load, what it
+        needs less direct_b plus the first entries it only relays (origins it does not need),
+        <= in-port capacity x T."""
+        for b in self.canon.rep_ranks.tolist():
+            direct = _var(self.prob, f"direct_{b}", up=float(self.remote_need[b]))
+            if self.into.get(b):
+                self.prob += direct <= pulp.lpSum(self.y[i] for i in self.into[b])
+            else:
+                self.prob += direct <= 0
+            relay = [v for i in self.out_of.get(b, ()) for o, v in self._x_vars(i).items()
+                     if o != b and not self.needs_origin[b, o]]
+            self.intra_load[b] = float(self.total_need[b]) - direct + pulp.lpSum(relay)
+            self.prob += self.intra_load[b] <= in_cap[b] * self.T
+
+    def _out_port_rows(self, out_cap: np.ndarray) -> None:
+        """Per machine: the intra loads of its ranks (each its representative's) <= the sum of
+        their out-port capacities x T."""
+        for m in range(self.topology.machine_count):
+            members = [b for b in range(self.topology.ranks) if self.machine_of[b] == m]
+            self.prob += (pulp.lpSum(self.intra_load[self.canon.rank_rep(b)] for b in members)
+                          <= sum(out_cap[b] for b in members) * self.T)
+
+    def _objective(self) -> None:
+        """Minimise T, ties broken towards fewer copies (1e-4 per copy orbit)."""
+        self.prob += self.T + 1e-4 * pulp.lpSum(self.y_of.values())
+
+    def build(self) -> pulp.LpProblem:
+        """The whole model: the constraint families in order, then the objective."""
+        self._demand_rows()
+        self._link_rows()
+        self._group_rows()
+        in_cap, out_cap = _port_capacities(self.topology)
+        self._in_port_rows(in_cap)
+        self._out_port_rows(out_cap)
+        self._objective()
+        return self.prob
+
+    def solve(self, options: MilpOptions, started: float) -> RoutePlan:
+        """Build and solve; the plan (copies per link index, T), or no plan without an incumbent."""
+        outcome = solve(self.build(), options)
+        seconds = time.perf_counter() - started
+        count = len(self.y_of) + len(self.x_orbit) + len(self.intra_load) + 1
+        if not outcome.has_incumbent:
+            return RoutePlan(as_status(outcome.status), (0,) * len(self.links), 0.0, seconds, count,
+                             f"routing MILP: {outcome.status.value} ({outcome.message})", planned=False)
+        copies = [0] * len(self.links)
+        for i in self.cross:
+            copies[i] = int(round(value(self.y[i])))
+        status = Status.SOLVED if outcome.status == MilpStatus.SOLVED else Status.TIMEOUT
+        return RoutePlan(status, tuple(copies), float(value(self.T)), seconds, count, outcome.message)
 
 
 class _Canon:

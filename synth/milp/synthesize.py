@@ -90,75 +90,109 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         view = planning_view(topology)
         say(view.sources[-1])
         return _on_machine(synthesize(view, collective, sketch, options, root, progress), topology)
-    coll = _collective(topology, collective, root, sketch)
     clock = _Clock()
-    generators = sketch.symmetry_generators(topology)
-    if coll.name == "allreduce" and coll.combining:
-        rs_coll = make_collective("reduce_scatter", topology.ranks, chunks=sketch.chunk_up)
-        ag_coll = make_collective("allgather", topology.ranks, chunks=sketch.chunk_up)
-        rs, plan_rs, q_rs = _reduction(topology, rs_coll, sketch, options, say, clock, "reduce_scatter", generators)
-        ag, plan_ag, q_ag = _forward(topology, ag_coll, sketch, options, say, clock, "allgather", generators)
-        quotient = None
-        if q_rs is not None and q_ag is not None:  # chunk c is reduced at, then gathered from, its owner
-            gens = [tuple(g) for g in q_rs.generators]
-            quotient = Quotient.of(topology, coll, gens, [chunk_permutation(rs_coll, g) for g in gens])
-        else:
-            rs, ag = _full(rs, q_rs), _full(ag, q_ag)
-        joined = compose(rs, ag, coll if quotient is None else quotient.rep_collective)
-        plans = (plan_rs, plan_ag)
-    elif coll.combining:
-        joined, plan, quotient = _reduction(topology, coll, sketch, options, say, clock, coll.name, generators)
-        plans = (plan,)
-    else:
-        joined, plan, quotient = _forward(topology, coll, sketch, options, say, clock, coll.name, generators)
-        plans = (plan,)
+    draft = _route_and_order(topology, _collective(topology, collective, root, sketch), sketch, options, say, clock)
     exact_line = None
     if _exact_applies(topology, collective):
-        started = time.perf_counter()
-        found = best_exact(topology, collective, sketch.size, max_chunks=sketch.chunk_up,
-                           time_limit=options.time_limit or 60.0, solver=options.solver, root=root,
-                           progress=lambda line: None, rotation=sketch.rank_rotation(topology),
-                           budget=options.time_limit or 60.0)
-        clock.exact += time.perf_counter() - started
-        exact_line = _exact_line(found, clock.exact)
-        if found.schedule is not None and found.time_us < _time_us(joined, quotient, sketch.size) - 1e-9:
-            joined = Schedule(topology, coll if found.schedule.collective.chunks_per_rank == coll.chunks_per_rank
-                              else found.schedule.collective, found.schedule.steps, found.schedule.meta)
-            coll, quotient = joined.collective, None
-            plans = tuple(replace(p, status=Status.SOLVED, planned=False, message="the exact stage's schedule is kept")
-                          for p in plans)
-            exact_line += ": kept (faster than the pipelined ordering)"
-        else:
-            exact_line += ": the pipelined ordering stays (faster or equal)"
-    before = _time_us(joined, quotient, sketch.size)
+        draft, exact_line = _exact_stage(draft, topology, collective, sketch, options, root, clock)
+    before = _time_us(draft.joined, draft.quotient, sketch.size)
     started = time.perf_counter()
-    timed = merge_steps(joined, sketch.size, quotient=quotient)  # verified (the representatives, with one)
+    timed = merge_steps(draft.joined, sketch.size, quotient=draft.quotient)  # verified (the representatives, with one)
     clock.timing += time.perf_counter() - started
-    took = _time_us(timed, quotient, sketch.size)
-    simulated = simulate_us(timed, sketch.size) if quotient is None else orbit_simulate_us(quotient, timed, sketch.size)
+    took = _time_us(timed, draft.quotient, sketch.size)
+    simulated = (simulate_us(timed, sketch.size) if draft.quotient is None
+                 else orbit_simulate_us(draft.quotient, timed, sketch.size))
     if exact_line is not None:
         say(exact_line)
-    say(f"timing: {len(joined.steps)} -> {len(timed.steps)} steps at {format_size(sketch.size)}: "
+    say(f"timing: {len(draft.joined.steps)} -> {len(timed.steps)} steps at {format_size(sketch.size)}: "
         f"{before:.1f} -> {took:.1f} us (event simulation {simulated:.1f} us), {clock.timing:.2f} s")
-    if quotient is not None:
-        started = time.perf_counter()
-        if timed.send_count * quotient.order > PROGRESS_SENDS:
-            say(f"expanding {timed.send_count} representative sends x {quotient.order} rotations and verifying ...")
-        timed = quotient.expand(timed, coll)
-        problems = verify(timed)
-        clock.verify += time.perf_counter() - started
-        if problems:
-            raise RuntimeError(f"the expanded schedule is invalid (a bug): {problems[0]}")
-        say(f"expanded: {len(quotient.reps)} representative chunks x {quotient.order} rotations -> "
-            f"{timed.send_count} sends, verified whole, {clock.verify:.2f} s")
-    status = Status.SOLVED if all(p.status is Status.SOLVED for p in plans) else Status.TIMEOUT
-    bound = lower_bounds(topology, coll, symmetry=None if quotient is None else quotient.ranks).time_us(sketch.size)
+    if draft.quotient is not None:
+        timed = _expanded(timed, draft, say, clock)
+    return _result(topology, draft, timed, sketch, options, clock, took, simulated)
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """The schedule so far (representatives when ``quotient`` is set), its collective, and the
+    routing plans it came from."""
+
+    joined: Schedule
+    coll: Collective
+    quotient: Quotient | None
+    plans: tuple[RoutePlan, ...]
+
+
+def _route_and_order(topology, coll, sketch, options, say, clock) -> _Draft:
+    """Routing and ordering: a non-combining collective forward, a combining one as its dual,
+    allreduce as reduce_scatter then allgather (one quotient for both when both have one)."""
+    generators = sketch.symmetry_generators(topology)
+    if not (coll.name == "allreduce" and coll.combining):
+        stage = _reduction if coll.combining else _forward
+        joined, plan, quotient = stage(topology, coll, sketch, options, say, clock, coll.name, generators)
+        return _Draft(joined, coll, quotient, (plan,))
+    rs_coll = make_collective("reduce_scatter", topology.ranks, chunks=sketch.chunk_up)
+    ag_coll = make_collective("allgather", topology.ranks, chunks=sketch.chunk_up)
+    rs, plan_rs, q_rs = _reduction(topology, rs_coll, sketch, options, say, clock, "reduce_scatter", generators)
+    ag, plan_ag, q_ag = _forward(topology, ag_coll, sketch, options, say, clock, "allgather", generators)
+    quotient = None
+    if q_rs is not None and q_ag is not None:  # chunk c is reduced at, then gathered from, its owner
+        gens = [tuple(g) for g in q_rs.generators]
+        quotient = Quotient.of(topology, coll, gens, [chunk_permutation(rs_coll, g) for g in gens])
+    else:
+        rs, ag = _full(rs, q_rs), _full(ag, q_ag)
+    joined = compose(rs, ag, coll if quotient is None else quotient.rep_collective)
+    return _Draft(joined, coll, quotient, (plan_rs, plan_ag))
+
+
+def _exact_stage(draft: _Draft, topology, collective, sketch, options, root, clock) -> tuple[_Draft, str]:
+    """The time-expanded MILP over C and S on one small machine; its schedule replaces the
+    draft when it is faster at the size. Returns the draft kept and the stage's line."""
+    started = time.perf_counter()
+    found = best_exact(topology, collective, sketch.size, max_chunks=sketch.chunk_up,
+                       time_limit=options.time_limit or 60.0, solver=options.solver, root=root,
+                       progress=lambda line: None, rotation=sketch.rank_rotation(topology),
+                       budget=options.time_limit or 60.0)
+    clock.exact += time.perf_counter() - started
+    line = _exact_line(found, clock.exact)
+    if found.schedule is None or found.time_us >= _time_us(draft.joined, draft.quotient, sketch.size) - 1e-9:
+        return draft, line + ": the pipelined ordering stays (faster or equal)"
+    coll = (draft.coll if found.schedule.collective.chunks_per_rank == draft.coll.chunks_per_rank
+            else found.schedule.collective)
+    joined = Schedule(topology, coll, found.schedule.steps, found.schedule.meta)
+    plans = tuple(replace(p, status=Status.SOLVED, planned=False, message="the exact stage's schedule is kept")
+                  for p in draft.plans)
+    return _Draft(joined, joined.collective, None, plans), line + ": kept (faster than the pipelined ordering)"
+
+
+def _expanded(timed: Schedule, draft: _Draft, say: Progress, clock: _Clock) -> Schedule:
+    """The full schedule the representatives stand for, verified whole."""
+    quotient = draft.quotient
+    started = time.perf_counter()
+    if timed.send_count * quotient.order > PROGRESS_SENDS:
+        say(f"expanding {timed.send_count} representative sends x {quotient.order} rotations and verifying ...")
+    full = quotient.expand(timed, draft.coll)
+    problems = verify(full)
+    clock.verify += time.perf_counter() - started
+    if problems:
+        raise RuntimeError(f"the expanded schedule is invalid (a bug): {problems[0]}")
+    say(f"expanded: {len(quotient.reps)} representative chunks x {quotient.order} rotations -> "
+        f"{full.send_count} sends, verified whole, {clock.verify:.2f} s")
+    return full
+
+
+def _result(topology, draft: _Draft, timed: Schedule, sketch, options, clock, took: float,
+            simulated: float) -> RouterResult:
+    """The router's result: SOLVED when every routing MILP was solved (or nothing was routed),
+    the bound at the sketch's size, and the meta every schedule file carries."""
+    status = Status.SOLVED if all(p.status is Status.SOLVED for p in draft.plans) else Status.TIMEOUT
+    symmetry = None if draft.quotient is None else draft.quotient.ranks
+    bound = lower_bounds(topology, draft.coll, symmetry=symmetry).time_us(sketch.size)
     meta = {
         "synthesizer": "milp",
         "status": status.value,
         "solver": options.solver,
         "sketch": sketch.to_dict(),
-        "chunks_per_rank": coll.chunks_per_rank,
+        "chunks_per_rank": draft.coll.chunks_per_rank,
         "stage_seconds": {"routing": round(clock.routing, 3), "ordering": round(clock.ordering, 3),
                           "timing": round(clock.timing, 3), "exact": round(clock.exact, 3),
                           "verify": round(clock.verify, 3)},
@@ -167,10 +201,9 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         "bound_us": round(bound, 4),
         "percent_of_bound": round(100.0 * bound / took, 2) if took > 0 else 100.0,
     }
-    schedule = Schedule(topology, coll, timed.steps, meta)
-    return RouterResult(schedule, status, StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact,
-                                                     clock.verify),
-                        sketch.size, took, simulated, bound, plans)
+    schedule = Schedule(topology, draft.coll, timed.steps, meta)
+    times = StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact, clock.verify)
+    return RouterResult(schedule, status, times, sketch.size, took, simulated, bound, draft.plans)
 
 
 def _on_machine(result: RouterResult, topology: Topology) -> RouterResult:

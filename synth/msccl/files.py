@@ -32,7 +32,7 @@ def _load_json(path: str) -> Program:
     from synth.core.io import read_json
 
     try:
-        from synth.exporters.program_json import program_from_dict
+        from synth.program.document import program_from_dict
     except ImportError:
         raise InputError(f"{path}: reading synth.program JSON files is not available in this build") from None
     return program_from_dict(read_json(path), where=str(path))

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
+from synth.program.ir import MAX_FUSED_REDUCES  # noqa: F401 (a runtime limit the IR's fusion keeps)
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -31,7 +33,6 @@ MAX_DEP_TB = 127  # depid is stored in 8 bits (signed)
 MAX_COUNT = 71  # cnt < 72
 MAX_PEERS_PER_CHANNEL = 32
 MAX_ELEMENTS_PER_RANK = 4096
-MAX_FUSED_REDUCES = 16
 MAX_ATTRIBUTES = 16
 MAX_VALUE_CHARS = 255
 MAX_OFFSET = 32767  # int16

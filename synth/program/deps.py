@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from synth.msccl.profiles import MAX_FUSED_REDUCES
-from synth.program.ir import RECEIVING, SENDING, Program, Threadblock
+from synth.program.ir import MAX_FUSED_REDUCES, RECEIVING, SENDING, Program, Threadblock
 
 SEVERITIES = ("rejects", "misbehaves", "note")
 

@@ -36,6 +36,7 @@ RECEIVING = frozenset({"r", "rcs", "rrs", "rrc", "rrcs"})
 REDUCING = frozenset({"rrs", "rrc", "rrcs", "re"})
 READS_SRC = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})  # local source location used
 WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})  # local destination written
+MAX_FUSED_REDUCES = 16  # consecutive re ops the MSCCL kernels fuse into one (their source list's length)
 PROTOCOLS = ("Simple", "LL", "LL128")
 PROTOCOL_NAMES = ("simple", "ll128", "ll")  # the cost model's names (synth.cost)
 

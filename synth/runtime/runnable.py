@@ -8,7 +8,7 @@ nccl-tests size S, and how the caller's packed input/output tensors map onto the
 
 - a ``synth.schedule`` (verified on load, then lowered with synth.lower; an alltoallv schedule is
   lowered with the custom buffer layout: chunk c at offset c of the input and the output);
-- a ``synth.program`` JSON file (synth.exporters.program_json);
+- a ``synth.program`` JSON file (synth.program.document);
 - an MSCCL XML file, ours or anyone's (synth.msccl.xml_reader, read as the runtimes read it).
 
 ``precheck`` replays the Program with our own checker (synth.program.replay) before anything runs.
@@ -101,7 +101,7 @@ def load_runnable(path: str, inplace: bool | None = None, root: int | None = Non
 
         return runnable_from_schedule(schedule_from_doc(doc, path), path, inplace, root)
     if fmt == "synth.program":
-        from synth.exporters.program_json import program_from_dict
+        from synth.program.document import program_from_dict
 
         return runnable_from_program(program_from_dict(doc, where=str(path)), path, "program", inplace, root)
     raise InputError(f"{path}: 'format' must be 'synth.schedule' or 'synth.program', got {fmt!r}")

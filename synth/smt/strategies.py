@@ -116,132 +116,246 @@ def _search(
     known: tuple[FrontierPoint, ...] = (),
     max_steps: int | None = None,
 ) -> Frontier:
-    """The frontier walk. ``known`` points (found another way) only raise the bar: a step count
-    is searched for ratios below every known point with no more steps. ``max_steps`` caps S."""
-    topology, name = session.original, session.name
-    points: list[FrontierPoint] = []
-    attempts: list[Attempt] = []
-    best: Fraction | None = None
-    complete = True
-    note = ""
+    """The frontier walk (``_Walk``). ``known`` points (found another way) only raise the bar: a
+    step count is searched for ratios below every known point with no more steps. ``max_steps``
+    caps S."""
+    config = _WalkConfig(session, steps_lb, ratio_lb, max_chunks, time_limit, progress, known, max_steps)
+    return _Walk(config).run()
 
-    def attempt(S: int, R: int, C: int, by_splits: bool = True) -> SolveResult:
-        result = session.solve(S, R, C, time_limit, by_splits)
-        attempts.append(Attempt(S, R, C, result.status, result.seconds))
-        label = f"{name} (direct)" if session.direct else name
-        progress(f"{topology.name} {label} (S={S}, R={R}, C={C}): {result.status.value} {result.seconds:.2f}s")
+
+@dataclass(frozen=True)
+class _WalkConfig:
+    """What a frontier walk is given: the session, the bounds it starts from and stops at, the
+    chunk cap, the per-call time limit, where progress lines go, points known already, a steps cap."""
+
+    session: SmtSession
+    steps_lb: int
+    ratio_lb: Fraction | None
+    max_chunks: int
+    time_limit: float | None
+    progress: Progress
+    known: tuple[FrontierPoint, ...] = ()
+    max_steps: int | None = None
+
+
+@dataclass
+class _Walk:
+    """The frontier walk: step counts S upward from the steps bound; at each, the least
+    rounds/chunk below the bar (the best found so far, and every known point with no more steps).
+
+    One method per rule: ``_open_at`` and ``_go_on`` (the stop test), ``_probe`` (a first ceiling),
+    ``_sweep`` and ``_pruned`` (the candidates at S and the ones a bound rules out), ``_attempt``
+    and ``_shorten`` (solve one budget, re-solve a point in a step fewer), ``_record`` (keep the
+    step count's point), ``_finish`` (settle timeouts, write the note, build the frontier).
+    Only INFEASIBLE prunes; a TIMEOUT leaves its budget unsettled.
+    """
+
+    config: _WalkConfig
+    points: list[FrontierPoint] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    best: Fraction | None = None  # the least rounds/chunk recorded
+    complete: bool = True
+    note: str = ""
+    S: int = 0  # the step count being searched (after the walk: the first one not searched)
+    incumbent: FrontierPoint | None = None  # the best point found at S so far
+    unsettled: list[tuple[int, int, int]] = field(default_factory=list)  # candidate budgets that timed out
+    proofs: list[tuple[int, int, int]] = field(default_factory=list)  # budgets proven infeasible
+
+    def run(self) -> Frontier:
+        """Search S = steps_lb, steps_lb + 1, ... while ``_go_on``; stop early once a point meets
+        the rounds bound. Ctrl-C ends the walk incomplete ("interrupted"), keeping the point
+        found at S so far if it beats the bar (maybe not the least at S)."""
+        self.S = self.config.steps_lb
+        try:
+            while self._go_on():
+                self._step()
+                if self._record() and self._meets_rounds_bound():
+                    break  # meets the rounds bound: more steps cannot help
+                self.S += 1
+        except KeyboardInterrupt:
+            self.complete = False
+            self.note = "interrupted"
+            if self._beats_bar(self.incumbent):
+                self.points.append(self.incumbent)
+        return self._finish()
+
+    def _step(self) -> None:
+        """Search step count S: with no bar, a probe gives the first ceiling; under a ceiling,
+        the candidates are swept for the least rounds/chunk."""
+        self.incumbent = None
+        ceiling = self._bar(self.S)
+        if ceiling is None:
+            ceiling = self._probe(self.S)
+        if ceiling is not None:
+            self._sweep(self.S, ceiling)
+
+    # the bar and the stop test
+
+    def _bar(self, S: int) -> Fraction | None:
+        """The ratio a point with S steps must beat: the least of the best found so far and of
+        every known point with at most S steps (None: nothing to beat yet)."""
+        ratios = [p.ratio for p in self.config.known if p.steps <= S] + ([self.best] if self.best is not None else [])
+        return min(ratios) if ratios else None
+
+    def _least(self, S: int, C: int) -> int:
+        """Fewest rounds a budget with C chunks can have at S steps or more by the bounds
+        that cost nothing (the rounds bound, R >= S)."""
+        return max(S, math.ceil((self.config.ratio_lb or 0) * C))
+
+    def _any_steps_floor(self, S: int, C: int) -> int:
+        """The any-steps relaxation's floor (an LP, cached per chunk count), asked only of
+        budgets the free bounds leave open."""
+        session = self.config.session
+        return session.rounds_floor_any_steps(C) if S >= session.ANY_STEPS_FROM else 0
+
+    def _open_at(self, S: int) -> bool:
+        """Can a budget with S or more steps still beat the bar? Yes with no bar; else some C up
+        to max_chunks must have both its free floor and its any-steps floor below the bar."""
+        ceiling = self._bar(S)
+        return ceiling is None or any(
+            Fraction(self._least(S, C), C) < ceiling
+            and Fraction(max(self._least(S, C), self._any_steps_floor(S, C)), C) < ceiling
+            for C in range(1, self.config.max_chunks + 1))
+
+    def _go_on(self) -> bool:
+        """The stop test: search S while it is open and within the steps cap."""
+        max_steps = self.config.max_steps
+        return self._open_at(self.S) and (max_steps is None or self.S <= max_steps)
+
+    # solving
+
+    def _attempt(self, S: int, R: int, C: int, by_splits: bool = True) -> SolveResult:
+        """One solver call on (S, R, C): recorded as an attempt and reported as a progress line."""
+        config = self.config
+        session = config.session
+        result = session.solve(S, R, C, config.time_limit, by_splits)
+        self.attempts.append(Attempt(S, R, C, result.status, result.seconds))
+        label = f"{session.name} (direct)" if session.direct else session.name
+        config.progress(f"{session.original.name} {label} (S={S}, R={R}, C={C}): "
+                        f"{result.status.value} {result.seconds:.2f}s")
         return result
 
-    def shorten(point: FrontierPoint) -> FrontierPoint:
+    def _probe(self, S: int) -> Fraction | None:
+        """Any schedule with S steps at all? One chunk with ample rounds: twice the floor first
+        (a small encoding: alltoall's ample cap is steps x n^2 rounds), then the cap that
+        certainly suffices. A schedule found becomes S's incumbent and its ratio the ceiling;
+        a probe that neither finds nor proves infeasibility makes the walk incomplete."""
+        session = self.config.session
+        R = _rounds_cap(session, S, 1)
+        near = max(S, 2 * session.rounds_floor(S, 1))
+        result = self._attempt(S, near, 1, by_splits=False) if near < R else None
+        if result is None or result.status != Status.SOLVED:
+            result = self._attempt(S, R, 1, by_splits=False)
+        if result.status == Status.SOLVED:
+            self.incumbent = _fewest_steps(FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule,
+                                                         result.seconds))
+            return self.incumbent.ratio
+        if result.status != Status.INFEASIBLE:
+            self.complete = False
+        return None
+
+    def _sweep(self, S: int, ceiling: Fraction) -> None:
+        """The candidates (R, C) at S below the ceiling, by increasing rounds/chunk: the first
+        one solved is the least (shortened if it can be) and ends the sweep; an infeasible one
+        prunes every budget with its C and no more rounds; a timeout is left unsettled."""
+        infeasible_up_to: dict[int, int] = {}
+        lows = {C: self._least(S, C) for C in range(1, self.config.max_chunks + 1)}
+        for R, C in _candidates(lows, ceiling):
+            if self._pruned(S, R, C, infeasible_up_to):
+                continue
+            result = self._attempt(S, R, C)
+            if result.status == Status.SOLVED:
+                found = self._shorten(_fewest_steps(FrontierPoint(S, result.schedule.total_rounds, C,
+                                                                  result.schedule, result.seconds)))
+                if self.incumbent is None or found.ratio < self.incumbent.ratio:
+                    self.incumbent = found
+                break  # candidates come in increasing rounds/chunk: this is the least
+            if result.status == Status.INFEASIBLE:
+                infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), R)
+                self.proofs.append((S, R, C))
+            else:
+                self.unsettled.append((S, R, C))
+
+    def _pruned(self, S: int, R: int, C: int, infeasible_up_to: dict[int, int]) -> bool:
+        """A candidate no solver call is needed for: no more rounds than a budget with its C
+        proven infeasible at S; below the any-steps floor (past the first step count: cheaper
+        than the S-step LP, whose size grows with S; at the first step count that one is the
+        smaller); or below the time-expanded LP's floor at S steps."""
+        if R <= infeasible_up_to.get(C, 0):
+            return True
+        if S > self.config.steps_lb and R < self._any_steps_floor(S, C):
+            return True
+        return R < self.config.session.rounds_floor(S, C)
+
+    def _shorten(self, point: FrontierPoint) -> FrontierPoint:
         """While a budget with one step fewer and no fewer rounds (same chunks) timed out, try
         the point's schedule in one step fewer by re-solving windows of its steps: a schedule
         settles that budget (mi250 allgather: the 12-step (17, 7) went to 9 steps this way,
         where whole-budget searches at 9 to 11 steps timed out)."""
-        while any(S_ == point.steps - 1 and C_ == point.chunks and R_ >= point.rounds for S_, R_, C_ in unsettled):
-            result = session.fewer_steps(point.schedule, time_limit)
+        config = self.config
+        session = config.session
+        while any(S_ == point.steps - 1 and C_ == point.chunks and R_ >= point.rounds
+                  for S_, R_, C_ in self.unsettled):
+            result = session.fewer_steps(point.schedule, config.time_limit)
             fewer = point.steps - 1
-            attempts.append(Attempt(fewer, point.rounds, point.chunks, result.status, result.seconds))
-            progress(f"{topology.name} {name} (S={fewer}, R={point.rounds}, C={point.chunks}): "
-                     f"{result.status.value} {result.seconds:.2f}s (windows of the {point.steps}-step schedule re-solved)")
+            self.attempts.append(Attempt(fewer, point.rounds, point.chunks, result.status, result.seconds))
+            config.progress(f"{session.original.name} {session.name} (S={fewer}, R={point.rounds}, "
+                            f"C={point.chunks}): {result.status.value} {result.seconds:.2f}s "
+                            f"(windows of the {point.steps}-step schedule re-solved)")
             if result.status != Status.SOLVED:
                 break
             point = _fewest_steps(FrontierPoint(fewer, result.schedule.total_rounds, point.chunks, result.schedule,
                                                 point.solve_seconds + result.seconds))
         return point
 
-    def bar(S: int) -> Fraction | None:
-        ratios = [p.ratio for p in known if p.steps <= S] + ([best] if best is not None else [])
-        return min(ratios) if ratios else None
+    # recording and the end
 
-    def least(S: int, C: int) -> int:
-        """Fewest rounds a budget with C chunks can have at S steps or more by the bounds
-        that cost nothing (the rounds bound, R >= S)."""
-        return max(S, math.ceil((ratio_lb or 0) * C))
+    def _beats_bar(self, point: FrontierPoint | None) -> bool:
+        """A point is kept only when it beats the bar at S (or there is none)."""
+        if point is None:
+            return False
+        bar = self._bar(self.S)
+        return bar is None or point.ratio < bar
 
-    def any_steps_floor(S: int, C: int) -> int:
-        """The any-steps relaxation's floor (an LP, cached per chunk count), asked only of
-        budgets the free bounds leave open."""
-        return session.rounds_floor_any_steps(C) if S >= session.ANY_STEPS_FROM else 0
+    def _record(self) -> bool:
+        """Keep S's incumbent as a point when it beats the bar; it becomes the best. Whether kept."""
+        if not self._beats_bar(self.incumbent):
+            return False
+        self.points.append(self.incumbent)
+        self.best = self.incumbent.ratio
+        return True
 
-    def open_at(S: int) -> bool:
-        """Can a budget with S or more steps still beat the bar?"""
-        ceiling = bar(S)
-        return ceiling is None or any(
-            Fraction(least(S, C), C) < ceiling and Fraction(max(least(S, C), any_steps_floor(S, C)), C) < ceiling
-            for C in range(1, max_chunks + 1))
+    def _meets_rounds_bound(self) -> bool:
+        """The best ratio meets the rounds bound: more steps cannot help."""
+        ratio_lb = self.config.ratio_lb
+        return ratio_lb is not None and self.best <= ratio_lb
 
-    S = steps_lb
-    incumbent: FrontierPoint | None = None
-    unsettled: list[tuple[int, int, int]] = []  # candidate budgets that timed out
-    proofs: list[tuple[int, int, int]] = []  # budgets proven infeasible
-    try:
-        while open_at(S) and (max_steps is None or S <= max_steps):
-            incumbent = None
-            ceiling = bar(S)
-            if ceiling is None:
-                # any schedule with S steps at all? (ample rounds); its rounds cap the search
-                # a probe: any rounds will do; twice the floor first (a small encoding: alltoall's
-                # ample cap is steps x n^2 rounds), then the cap that certainly suffices
-                R = _rounds_cap(session, S, 1)
-                near = max(S, 2 * session.rounds_floor(S, 1))
-                result = attempt(S, near, 1, by_splits=False) if near < R else None
-                if result is None or result.status != Status.SOLVED:
-                    result = attempt(S, R, 1, by_splits=False)
-                if result.status == Status.SOLVED:
-                    incumbent = _fewest_steps(FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule,
-                                                            result.seconds))
-                    ceiling = incumbent.ratio
-                elif result.status != Status.INFEASIBLE:
-                    complete = False
-            if ceiling is not None:
-                infeasible_up_to: dict[int, int] = {}
-                lows = {C: least(S, C) for C in range(1, max_chunks + 1)}
-                for R, C in _candidates(lows, ceiling):
-                    if R <= infeasible_up_to.get(C, 0):
-                        continue  # fewer rounds than a proven-infeasible budget
-                    if S > steps_lb and R < any_steps_floor(S, C):
-                        continue  # ruled out at every step count (cheaper than the S-step LP,
-                        # whose size grows with S; at the first step count it is the smaller)
-                    if R < session.rounds_floor(S, C):
-                        continue  # the time-expanded LP rules it out: no solver call needed
-                    result = attempt(S, R, C)
-                    if result.status == Status.SOLVED:
-                        found = shorten(_fewest_steps(FrontierPoint(S, result.schedule.total_rounds, C,
-                                                                    result.schedule, result.seconds)))
-                        if incumbent is None or found.ratio < incumbent.ratio:
-                            incumbent = found
-                        break  # candidates come in increasing rounds/chunk: this is the least
-                    if result.status == Status.INFEASIBLE:
-                        infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), R)
-                        proofs.append((S, R, C))
-                    else:
-                        unsettled.append((S, R, C))
-            if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
-                points.append(incumbent)
-                best = incumbent.ratio
-                if ratio_lb is not None and best <= ratio_lb:
-                    break  # meets the rounds bound: more steps cannot help
-            S += 1
-    except KeyboardInterrupt:
-        complete = False
-        note = "interrupted"
-        if incumbent is not None and (bar(S) is None or incumbent.ratio < bar(S)):
-            points.append(incumbent)  # the best found for this step count so far (maybe not least)
-    # a budget that timed out at S steps is settled by a proof at no fewer steps and rounds
-    # (splitting steps), or by a point found with no more steps and no worse a ratio
-    settles = session.steps_split_freely
-    unsettled = [(S_, R, C) for S_, R, C in unsettled
-                 if not (settles and any(S2 >= S_ and R2 >= R and C2 == C for S2, R2, C2 in proofs))
-                 and not any(p.steps <= S_ and p.ratio <= Fraction(R, C) for p in points)]
-    complete = complete and not unsettled
-    if not note and not known:
-        note = _stop_reason(S, best, ratio_lb, max_chunks, max_steps)
-    if unsettled:
-        shown = ", ".join(f"({a}, {b}, {c})" for a, b, c in unsettled[:6]) + (" ..." if len(unsettled) > 6 else "")
-        note = (note + "; " if note else "") + f"not settled (timed out, a longer --time-limit may): {shown}"
-    frontier = _non_dominated(points)
-    return Frontier(topology, name, tuple(frontier), complete, tuple(attempts), note,
-                    {"steps": steps_lb, "rounds_per_chunk": str(ratio_lb) if ratio_lb is not None else None})
+    def _still_unsettled(self) -> list[tuple[int, int, int]]:
+        """The budgets that timed out and stay open: one at S steps is settled by a proof at no
+        fewer steps and rounds (when steps split freely), or by a point found with no more steps
+        and no worse a ratio."""
+        settles = self.config.session.steps_split_freely
+        return [(S_, R, C) for S_, R, C in self.unsettled
+                if not (settles and any(S2 >= S_ and R2 >= R and C2 == C for S2, R2, C2 in self.proofs))
+                and not any(p.steps <= S_ and p.ratio <= Fraction(R, C) for p in self.points)]
+
+    def _finish(self) -> Frontier:
+        """The frontier: its non-dominated points, complete only if nothing stays unsettled (and
+        no probe timed out, no Ctrl-C); the note says why the walk stopped (not when points were
+        known), then lists up to six unsettled budgets."""
+        config = self.config
+        unsettled = self._still_unsettled()
+        complete = self.complete and not unsettled
+        note = self.note
+        if not note and not config.known:
+            note = _stop_reason(self.S, self.best, config.ratio_lb, config.max_chunks, config.max_steps)
+        if unsettled:
+            shown = ", ".join(f"({a}, {b}, {c})" for a, b, c in unsettled[:6]) + (" ..." if len(unsettled) > 6 else "")
+            note = (note + "; " if note else "") + f"not settled (timed out, a longer --time-limit may): {shown}"
+        ratio_lb = config.ratio_lb
+        return Frontier(config.session.original, config.session.name, tuple(_non_dominated(self.points)), complete,
+                        tuple(self.attempts), note,
+                        {"steps": config.steps_lb, "rounds_per_chunk": str(ratio_lb) if ratio_lb is not None else None})
 
 
 def _fewest_steps(point: FrontierPoint) -> FrontierPoint:
@@ -421,28 +535,8 @@ def pareto_allreduce(
     with ``direct``, the direct encoding is also searched (C <= direct_chunks, steps up to the
     composition's largest) for points the compositions do not reach. ``jobs`` > 1: the two
     frontiers are searched side by side."""
-    if jobs > 1:
-        from synth.parallel.pool import Job, run_jobs
-
-        found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job", (topology, part, max_chunks, time_limit))
-                              for part in ("reduce_scatter", "allgather")], workers=jobs)
-        for outcome in found_two:
-            if not outcome.ok:
-                raise RuntimeError(f"{outcome.key} frontier: {outcome.error}")
-            for line in outcome.value[1]:
-                progress(line)
-        rs, ag = (outcome.value[0] for outcome in found_two)
-    else:
-        rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
-        ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
-    composed = []
-    for a in rs.points:
-        for b in ag.points:
-            if a.chunks == b.chunks:
-                schedule = _compose_allreduce(topology, a.schedule, b.schedule, a.chunks)
-                composed.append(FrontierPoint(a.steps + b.steps, a.rounds + b.rounds, a.chunks, schedule,
-                                              a.solve_seconds + b.solve_seconds))
-    composed = _non_dominated(composed)
+    rs, ag = _part_frontiers(topology, max_chunks, time_limit, progress, jobs)
+    composed = _compositions(topology, rs, ag)
     bounds = lower_bounds(topology, make_collective("allreduce", topology.ranks))
     proven = bounds.proven or bounds
     note = "reduce_scatter + allgather compositions at equal chunks"
@@ -463,6 +557,40 @@ def pareto_allreduce(
                     {"steps": proven.steps, "rounds_per_chunk": str(proven.rounds_per_chunk)
                      if proven.rounds_per_chunk is not None else None,
                      "composition_rounds_per_chunk": _sum_ratio(rs.bounds, ag.bounds)})
+
+
+def _part_frontiers(topology: Topology, max_chunks: int, time_limit: float | None, progress: Progress,
+                    jobs: int) -> tuple[Frontier, Frontier]:
+    """The reduce_scatter and allgather frontiers, one after the other, or with ``jobs`` > 1 in two
+    processes (their progress lines passed on once both are done)."""
+    if jobs <= 1:
+        rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
+        ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
+        return rs, ag
+    from synth.parallel.pool import Job, run_jobs
+
+    found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job", (topology, part, max_chunks, time_limit))
+                          for part in ("reduce_scatter", "allgather")], workers=jobs)
+    for outcome in found_two:
+        if not outcome.ok:
+            raise RuntimeError(f"{outcome.key} frontier: {outcome.error}")
+        for line in outcome.value[1]:
+            progress(line)
+    rs, ag = (outcome.value[0] for outcome in found_two)
+    return rs, ag
+
+
+def _compositions(topology: Topology, rs: Frontier, ag: Frontier) -> list[FrontierPoint]:
+    """The non-dominated allreduce points composed of a reduce_scatter point and an allgather
+    point with equal chunks: steps, rounds and solve times add."""
+    composed = []
+    for a in rs.points:
+        for b in ag.points:
+            if a.chunks == b.chunks:
+                schedule = _compose_allreduce(topology, a.schedule, b.schedule, a.chunks)
+                composed.append(FrontierPoint(a.steps + b.steps, a.rounds + b.rounds, a.chunks, schedule,
+                                              a.solve_seconds + b.solve_seconds))
+    return _non_dominated(composed)
 
 
 def frontier_job(topology: Topology, name: str, max_chunks: int, time_limit: float | None) -> tuple[Frontier, list[str]]:

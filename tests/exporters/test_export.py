@@ -25,7 +25,7 @@ from synth.cli.export import add_export_parser
 from synth.core.errors import InputError, SynthError
 from synth.exporters import EXPORTERS
 from synth.exporters.msccl_xml import LEGACY_MAX_BYTES, LEGACY_MAX_BYTES_SCRATCH, program_to_xml
-from synth.exporters.program_json import (load_program, program_from_dict, program_from_json, program_schema,
+from synth.program.document import (load_program, program_from_dict, program_from_json, program_schema,
                                           program_to_dict, program_to_json)
 from synth.core.io import save_schedule
 from synth.core.library import resolve_topology

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from synth.cli.common import Parser as _Parser
 from synth.cli.check import add_check_parser
 from synth.core.errors import InputError
-from synth.exporters import program_json
+from synth.program import document as program_json
 from synth.msccl.load_rules import PROFILES, check_profile, check_program, ok
 from synth.msccl.xml_reader import read_xml, read_xml_file, strtol
 from synth.program.ir import BUFFERS, OP_TYPES, Op, Program, RankProgram, Threadblock, with_threadblock

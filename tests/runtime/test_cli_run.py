@@ -17,7 +17,7 @@ from synth.baselines import build_baseline
 from synth.cli.main import main
 from synth.core.generators import ring
 from synth.core.io import save_schedule
-from synth.exporters.program_json import program_to_dict
+from synth.program.document import program_to_dict
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

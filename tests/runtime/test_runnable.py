@@ -14,7 +14,7 @@ from synth.core.errors import InputError
 from synth.core.generators import ring
 from synth.core.io import save_schedule
 from synth.core.library import resolve_topology
-from synth.exporters.program_json import program_to_dict
+from synth.program.document import program_to_dict
 from synth.runtime.runnable import load_runnable, precheck, runnable_from_program, runnable_from_schedule
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -60,7 +60,7 @@ def test_a_stuck_program_under_torchrun_ends_with_one_line(tmp_path):
     import time
     from dataclasses import replace
 
-    from synth.exporters.program_json import program_to_dict
+    from synth.program.document import program_to_dict
     from synth.runtime.runnable import load_runnable
 
     program = load_runnable(str(ROOT / "tests" / "golden" / "ring4_allgather.program.json")).program

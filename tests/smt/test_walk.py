@@ -1,0 +1,83 @@
+"""The frontier walk's steps (``synth.smt.strategies._Walk``) on a stand-in session."""
+
+from fractions import Fraction
+from types import SimpleNamespace
+
+from synth.core.schedule import SolveResult, Status
+
+
+class _Feasible:
+    """A stand-in session: (S, R, C) is feasible iff R >= max(S, 2C + 1); ``interrupt_at``: the
+    solver call that raises KeyboardInterrupt (Ctrl-C)."""
+
+    ANY_STEPS_FROM = 2
+    name = "allgather"
+    direct = False
+    steps_split_freely = True
+
+    def __init__(self, interrupt_at: int | None = None):
+        from synth.core.generators import uring
+
+        self.original = uring(2)
+        self.interrupt_at, self.calls = interrupt_at, 0
+
+    def solve(self, S, R, C, time_limit, by_splits=True):
+        self.calls += 1
+        if self.calls == self.interrupt_at:
+            raise KeyboardInterrupt
+        if R >= max(S, 2 * C + 1):
+            return SolveResult(Status.SOLVED, SimpleNamespace(total_rounds=max(S, 2 * C + 1)), 0.0)
+        return SolveResult(Status.INFEASIBLE, None, 0.0)
+
+    def fewer_steps(self, schedule, time_limit):
+        return SolveResult(Status.TIMEOUT, None, 0.0)
+
+    def rounds_floor(self, S, C):
+        return S
+
+    def rounds_floor_any_steps(self, C):
+        return 0
+
+    def collective(self, chunks):
+        return SimpleNamespace(chunks=2 * chunks)
+
+
+def _walk(session, monkeypatch, lines):
+    from synth.smt import strategies
+
+    monkeypatch.setattr(strategies, "_fewest_steps", lambda point: point)  # stand-in schedules
+    return strategies._search(session, 2, Fraction(2), 2, 10.0, lines.append)
+
+
+def test_the_walk_probes_then_sweeps_candidates_by_increasing_ratio(monkeypatch):
+    """At 2 steps: the probe (2, 4, 1) gives the ceiling 3; then (2, 1), (4, 2) are infeasible and
+    (5, 2) is the least; at 3 and 4 steps only (4, 2) is below 5/2 (infeasible); at 5 steps R >= 5
+    leaves nothing below 5/2 with 2 chunks, so the walk stops after 4."""
+    lines: list[str] = []
+    frontier = _walk(_Feasible(), monkeypatch, lines)
+    assert [(a.steps, a.rounds, a.chunks, a.status.value) for a in frontier.attempts] == [
+        (2, 4, 1, "solved"), (2, 2, 1, "infeasible"), (2, 4, 2, "infeasible"), (2, 5, 2, "solved"),
+        (3, 4, 2, "infeasible"), (4, 4, 2, "infeasible")]
+    assert [(p.steps, p.rounds, p.chunks) for p in frontier.points] == [(2, 5, 2)]
+    assert frontier.complete and "the walk stopped at 4 steps: 5 steps need at least 5 rounds" in frontier.note
+    assert lines[0] == "uring2 allgather (S=2, R=4, C=1): solved 0.00s" and len(lines) == 6
+
+
+def test_ctrl_c_mid_sweep_keeps_the_point_found_so_far(monkeypatch):
+    """Interrupted at the sweep's last call, the walk keeps the probe's point (ratio 3, not the
+    least at 2 steps) and says the frontier is incomplete."""
+    frontier = _walk(_Feasible(interrupt_at=4), monkeypatch, [])
+    assert [(p.steps, p.ratio) for p in frontier.points] == [(2, Fraction(3))]
+    assert not frontier.complete and frontier.note == "interrupted"
+
+
+def test_no_function_in_the_strategies_module_is_long():
+    """The walk is named steps, not one long function with closures (issue 26)."""
+    import ast
+    import inspect
+    from synth.smt import strategies
+
+    tree = ast.parse(inspect.getsource(strategies))
+    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
+    assert long == []
