@@ -67,6 +67,7 @@ class Frontier:
 
 PIPELINED = ("broadcast", "reduce")  # one root's data split into many chunks: deep pipelines win
 MAX_CHUNKS = 8
+BLIND_PROBES = 8  # step counts in a row whose probe timed out, with nothing found yet, before the walk gives up
 MAX_CHUNKS_PIPELINED = 16
 
 
@@ -160,6 +161,7 @@ class _Walk:
     incumbent: FrontierPoint | None = None  # the best point found at S so far
     unsettled: list[tuple[int, int, int]] = field(default_factory=list)  # candidate budgets that timed out
     proofs: list[tuple[int, int, int]] = field(default_factory=list)  # budgets proven infeasible
+    blind: int = 0  # step counts in a row, with nothing to beat, whose probe timed out
 
     def run(self) -> Frontier:
         """Search S = steps_lb, steps_lb + 1, ... while ``_go_on``; stop early once a point meets
@@ -220,7 +222,8 @@ class _Walk:
     def _go_on(self) -> bool:
         """The stop test: search S while it is open and within the steps cap."""
         max_steps = self.config.max_steps
-        return self._open_at(self.S) and (max_steps is None or self.S <= max_steps)
+        return (self._open_at(self.S) and (max_steps is None or self.S <= max_steps)
+                and self.blind < BLIND_PROBES)
 
     # solving
 
@@ -246,6 +249,7 @@ class _Walk:
         result = self._attempt(S, near, 1, by_splits=False) if near < R else None
         if result is None or result.status != Status.SOLVED:
             result = self._attempt(S, R, 1, by_splits=False)
+        self.blind = 0 if result.status in (Status.SOLVED, Status.INFEASIBLE) else self.blind + 1
         if result.status == Status.SOLVED:
             self.incumbent = _fewest_steps(FrontierPoint(S, result.schedule.total_rounds, 1, result.schedule,
                                                          result.seconds))
@@ -347,6 +351,9 @@ class _Walk:
         unsettled = self._still_unsettled()
         complete = self.complete and not unsettled
         note = self.note
+        if self.blind >= BLIND_PROBES:
+            note = (f"the walk stopped: the probes at {self.S - BLIND_PROBES}..{self.S - 1} steps all timed out "
+                    "with nothing found (a longer --time-limit may find one)")
         if not note and not config.known:
             note = _stop_reason(self.S, self.best, config.ratio_lb, config.max_chunks, config.max_steps)
         if unsettled:

@@ -81,3 +81,21 @@ def test_no_function_in_the_strategies_module_is_long():
     long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
     assert long == []
+
+
+def test_a_walk_whose_every_probe_times_out_ends_incomplete(monkeypatch):
+    """Nothing found and every probe timing out: the walk stops after BLIND_PROBES step counts
+    (it used to climb forever), incomplete, with a note that says so; nothing is called infeasible."""
+    from synth.smt import strategies
+
+    class Stuck(_Feasible):
+        def solve(self, S, R, C, time_limit, by_splits=True):
+            self.calls += 1
+            return SolveResult(Status.TIMEOUT, None, 0.0)
+
+    lines: list[str] = []
+    frontier = _walk(Stuck(), monkeypatch, lines)
+    assert frontier.points == () and not frontier.complete
+    assert "timed out with nothing found" in frontier.note
+    assert {a.status for a in frontier.attempts} == {Status.TIMEOUT}
+    assert max(a.steps for a in frontier.attempts) == 2 + strategies.BLIND_PROBES - 1
