@@ -41,7 +41,7 @@ def zipf_matrix(ranks: int, per_machine: int = 8) -> list[list[int]]:
 
 
 def _run(topo_name, coll, size, solver, out):
-    from synth.milp.solver import MilpOptions
+    from synth.lp.solver import MilpOptions
     from synth.baselines import fastest_baseline
     from synth.core.library import resolve_topology
     from synth.milp.synthesize import synthesize

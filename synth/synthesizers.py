@@ -159,7 +159,7 @@ class Milp(_Planner):
 
     def solve(self, problem: Problem, options: Options) -> SolveResult:
         from synth.core.schedule import SolveResult
-        from synth.milp.solver import MilpOptions
+        from synth.lp.solver import MilpOptions
         from synth.milp.synthesize import synthesize as route
 
         milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit, gap=options.gap,

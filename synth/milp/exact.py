@@ -52,7 +52,7 @@ from typing import Callable
 
 import pulp
 
-from synth.milp.solver import MilpOptions, MilpOutcome, MilpStatus, solve, value
+from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus, solve, value
 from synth.bounds.lower_bounds import lower_bounds
 from synth.bounds.step_lp import step_rounds_bound
 from synth.core.collective import Collective
@@ -115,7 +115,7 @@ class BestExact:
 
 # ---------------------------------------------------------------------------- solver seam
 def _solve(prob: pulp.LpProblem, options: MilpOptions) -> MilpOutcome:
-    """The one place a solver runs: synth.milp.solver (proves optimality, gap 0, fixed seed)."""
+    """The one place a solver runs: synth.lp.solver (proves optimality, gap 0, fixed seed)."""
     return solve(prob, options)
 
 

@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from synth.milp.lp import solve_lp_solution
+from synth.lp.sparse import solve_lp_solution
 from synth.milp.finish import finish_assignment, groups_of
 from synth.core.collective import Collective
 from synth.core.errors import InputError

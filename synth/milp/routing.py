@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from synth.milp.solver import MilpOptions, MilpStatus, as_status, solve, value
+from synth.lp.solver import MilpOptions, MilpStatus, as_status, solve, value
 from synth.core.collective import Collective
 from synth.core.schedule import Status
 from synth.core.errors import InputError

@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from synth.milp.solver import MilpOptions
+from synth.lp.solver import MilpOptions
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective

@@ -8,8 +8,8 @@ import random
 import pulp
 import pytest
 
-from synth.milp import solver as milp
-from synth.milp.solver import MilpOptions, MilpStatus, classify, solve, value
+from synth.lp import solver as milp
+from synth.lp.solver import MilpOptions, MilpStatus, classify, solve, value
 from synth.core.errors import InputError
 
 _HERE = milp.available_solvers()

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from synth.milp import solver as milp_backend
-from synth.milp.solver import MilpOptions, MilpOutcome, MilpStatus
+from synth.lp import solver as milp_backend
+from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus
 from synth.bounds.lower_bounds import lower_bounds
 from synth.cli.main import main
 from synth.core.collectives import make_collective
