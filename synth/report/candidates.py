@@ -25,6 +25,7 @@ from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
 SMT_RANKS = 16
+FRONTIER_CALLS = 10  # a report's SMT frontier walk gets this many --time-limit's in all (per walk)
 PIPELINED_CHUNKS = (64, 384)  # greedy pipelined extras on one machine: many pieces amortise alpha
 PIPELINED_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
 ROUTER_SIZES = (1 << 16, 1 << 20, 1 << 30)  # latency-bound (chunk_up 1), middle, bandwidth-bound
@@ -104,7 +105,11 @@ def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Cand
 def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1) -> list[Candidate]:
     from synth.smt.strategies import pareto
 
-    frontier = pareto(topology, collective, time_limit=time_limit, progress=say, jobs=jobs)
+    frontier = pareto(topology, collective, time_limit=time_limit, progress=say, jobs=jobs,
+                      budget=FRONTIER_CALLS * time_limit)
+    if not frontier.complete:
+        say(f"{topology.name} {collective}: the frontier is incomplete ({frontier.note}); the report goes on "
+            "with the points found")
     out = []
     for point in frontier.points:
         name = schedule_file_name(collective, topology.name, point.steps, point.rounds, point.chunks)

@@ -88,6 +88,7 @@ def pareto(
     options: SmtOptions = SmtOptions(),
     direct_allreduce: bool = False,
     jobs: int = 1,
+    budget: float | None = None,
 ) -> Frontier:
     """Walk steps upward from the steps bound; for each, the least rounds/chunk below the best so far.
 
@@ -96,15 +97,18 @@ def pareto(
     so far (complete=False). ``max_chunks`` None: ``default_max_chunks(name)``.
     ``jobs`` > 1: the independent sweeps (allreduce's reduce_scatter and allgather frontiers)
     run side by side, each in its own process (the same frontier: the search's budgets are
-    work units, not seconds).
+    work units, not seconds). ``budget``: seconds each walk may take in all (None: no limit); a
+    walk that spends it stops incomplete and its note says so.
     """
     if max_chunks is None:
         max_chunks = default_max_chunks(name)
     if name == "allreduce":
-        return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce, jobs=jobs)
+        return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce, jobs=jobs,
+                                budget=budget)
     session = SmtSession(topology, name, root, options)
     bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
-    return _search(session, max(1, bounds.steps), bounds.rounds_per_chunk, max_chunks, time_limit, progress)
+    return _search(session, max(1, bounds.steps), bounds.rounds_per_chunk, max_chunks, time_limit, progress,
+                   budget=budget)
 
 
 def _search(
@@ -116,11 +120,12 @@ def _search(
     progress: Progress,
     known: tuple[FrontierPoint, ...] = (),
     max_steps: int | None = None,
+    budget: float | None = None,
 ) -> Frontier:
     """The frontier walk (``_Walk``). ``known`` points (found another way) only raise the bar: a
     step count is searched for ratios below every known point with no more steps. ``max_steps``
     caps S."""
-    config = _WalkConfig(session, steps_lb, ratio_lb, max_chunks, time_limit, progress, known, max_steps)
+    config = _WalkConfig(session, steps_lb, ratio_lb, max_chunks, time_limit, progress, known, max_steps, budget)
     return _Walk(config).run()
 
 
@@ -137,6 +142,7 @@ class _WalkConfig:
     progress: Progress
     known: tuple[FrontierPoint, ...] = ()
     max_steps: int | None = None
+    budget: float | None = None  # seconds for the whole walk (None: no limit)
 
 
 @dataclass
@@ -162,12 +168,16 @@ class _Walk:
     unsettled: list[tuple[int, int, int]] = field(default_factory=list)  # candidate budgets that timed out
     proofs: list[tuple[int, int, int]] = field(default_factory=list)  # budgets proven infeasible
     blind: int = 0  # step counts in a row, with nothing to beat, whose probe timed out
+    deadline: float | None = None  # perf_counter() when the walk's budget is spent
+    spent: bool = False  # the walk stopped because its budget was spent
 
     def run(self) -> Frontier:
         """Search S = steps_lb, steps_lb + 1, ... while ``_go_on``; stop early once a point meets
         the rounds bound. Ctrl-C ends the walk incomplete ("interrupted"), keeping the point
         found at S so far if it beats the bar (maybe not the least at S)."""
         self.S = self.config.steps_lb
+        if self.config.budget is not None:
+            self.deadline = time.perf_counter() + self.config.budget
         try:
             while self._go_on():
                 self._step()
@@ -223,7 +233,12 @@ class _Walk:
         """The stop test: search S while it is open and within the steps cap."""
         max_steps = self.config.max_steps
         return (self._open_at(self.S) and (max_steps is None or self.S <= max_steps)
-                and self.blind < BLIND_PROBES)
+                and self.blind < BLIND_PROBES and not self._budget_spent())
+
+    def _budget_spent(self) -> bool:
+        """Past the walk's deadline (a clock: the one rule here that depends on it)."""
+        self.spent = self.deadline is not None and time.perf_counter() >= self.deadline
+        return self.spent
 
     # solving
 
@@ -345,13 +360,15 @@ class _Walk:
 
     def _finish(self) -> Frontier:
         """The frontier: its non-dominated points, complete only if nothing stays unsettled (and
-        no probe timed out, no Ctrl-C); the note says why the walk stopped (not when points were
-        known), then lists up to six unsettled budgets."""
+        no probe timed out, no Ctrl-C, the budget not spent); the note says why the walk stopped
+        (not when points were known), then lists up to six unsettled budgets."""
         config = self.config
         unsettled = self._still_unsettled()
-        complete = self.complete and not unsettled
+        complete = self.complete and not unsettled and not self.spent
         note = self.note
-        if self.blind >= BLIND_PROBES:
+        if self.spent:
+            note = f"the walk stopped: its budget of {config.budget:g} s was spent before {self.S} steps"
+        elif self.blind >= BLIND_PROBES:
             note = (f"the walk stopped: the probes at {self.S - BLIND_PROBES}..{self.S - 1} steps all timed out "
                     "with nothing found (a longer --time-limit may find one)")
         if not note and not config.known:
@@ -537,12 +554,13 @@ def pareto_allreduce(
     direct: bool = False,
     direct_chunks: int = 3,
     jobs: int = 1,
+    budget: float | None = None,
 ) -> Frontier:
     """Allreduce frontier: compositions of the reduce_scatter and allgather frontiers (equal C);
     with ``direct``, the direct encoding is also searched (C <= direct_chunks, steps up to the
     composition's largest) for points the compositions do not reach. ``jobs`` > 1: the two
     frontiers are searched side by side."""
-    rs, ag = _part_frontiers(topology, max_chunks, time_limit, progress, jobs)
+    rs, ag = _part_frontiers(topology, max_chunks, time_limit, progress, jobs, budget)
     composed = _compositions(topology, rs, ag)
     bounds = lower_bounds(topology, make_collective("allreduce", topology.ranks))
     proven = bounds.proven or bounds
@@ -567,16 +585,16 @@ def pareto_allreduce(
 
 
 def _part_frontiers(topology: Topology, max_chunks: int, time_limit: float | None, progress: Progress,
-                    jobs: int) -> tuple[Frontier, Frontier]:
+                    jobs: int, budget: float | None = None) -> tuple[Frontier, Frontier]:
     """The reduce_scatter and allgather frontiers, one after the other, or with ``jobs`` > 1 in two
     processes (their progress lines passed on once both are done)."""
     if jobs <= 1:
-        rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress)
-        ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress)
+        rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress, budget=budget)
+        ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress, budget=budget)
         return rs, ag
     from synth.parallel.pool import Job, run_jobs
 
-    found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job", (topology, part, max_chunks, time_limit))
+    found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job", (topology, part, max_chunks, time_limit, budget))
                           for part in ("reduce_scatter", "allgather")], workers=jobs)
     for outcome in found_two:
         if not outcome.ok:
@@ -600,10 +618,11 @@ def _compositions(topology: Topology, rs: Frontier, ag: Frontier) -> list[Fronti
     return _non_dominated(composed)
 
 
-def frontier_job(topology: Topology, name: str, max_chunks: int, time_limit: float | None) -> tuple[Frontier, list[str]]:
+def frontier_job(topology: Topology, name: str, max_chunks: int, time_limit: float | None,
+                 budget: float | None = None) -> tuple[Frontier, list[str]]:
     """``pareto`` as a job in its own process: the frontier and its progress lines."""
     lines: list[str] = []
-    return pareto(topology, name, None, max_chunks, time_limit, lines.append), lines
+    return pareto(topology, name, None, max_chunks, time_limit, lines.append, budget=budget), lines
 
 
 def _sum_ratio(a: dict, b: dict) -> str | None:

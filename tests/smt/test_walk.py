@@ -99,3 +99,15 @@ def test_a_walk_whose_every_probe_times_out_ends_incomplete(monkeypatch):
     assert "timed out with nothing found" in frontier.note
     assert {a.status for a in frontier.attempts} == {Status.TIMEOUT}
     assert max(a.steps for a in frontier.attempts) == 2 + strategies.BLIND_PROBES - 1
+
+
+def test_a_walk_stops_incomplete_when_its_budget_is_spent(monkeypatch):
+    """A budget of 0 s: the walk searches nothing, says why, and claims nothing complete."""
+    from synth.smt import strategies
+
+    monkeypatch.setattr(strategies, "_fewest_steps", lambda point: point)
+    frontier = strategies._search(_Feasible(), 2, Fraction(2), 2, 10.0, lambda line: None, budget=0.0)
+    assert frontier.points == () and frontier.attempts == () and not frontier.complete
+    assert "budget of 0 s was spent before 2 steps" in frontier.note
+    ample = strategies._search(_Feasible(), 2, Fraction(2), 2, 10.0, lambda line: None, budget=3600.0)
+    assert ample.points and ample.complete
