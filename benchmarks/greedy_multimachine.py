@@ -42,8 +42,8 @@ def _run(topo_name, coll, chunks, out):
     from synth.baselines import fastest_baseline
     from synth.bounds.lower_bounds import lower_bounds
     from synth.core.collectives import make_collective
-    from synth.cost import step_time_us
     from synth.core.library import resolve_topology
+    from synth.cost import step_time_us
     from synth.greedy.pipeline import greedy_schedule, pipelined
 
     topo = resolve_topology(topo_name)
@@ -68,7 +68,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
-    print("| instance | C | steps | build s | makespan us | bound us | % of bound | best baseline (% of bound) | peak MiB |")
+    print("| instance | C | steps | build s | makespan us | bound us | % of bound | best baseline (% of bound) "
+          "| peak MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for topo, coll, chunks in INSTANCES:
         if args.quick and (topo, coll, chunks) not in QUICK:
@@ -79,8 +80,8 @@ def main() -> int:
         steps, seconds, ours, bound, best, peak = out.get()
         proc.join()
         base = f"{best[0]} ({100 * bound / best[1]:.1f}%)" if best else "-"
-        print(f"| {topo} {coll.replace('ZIPF', 'zipf')} | {chunks} | {steps} | {seconds:.1f} | {ours:.0f} | {bound:.0f} | "
-              f"{100 * bound / ours:.1f}% | {base} | {peak:.0f} |", flush=True)
+        print(f"| {topo} {coll.replace('ZIPF', 'zipf')} | {chunks} | {steps} | {seconds:.1f} | {ours:.0f} | "
+              f"{bound:.0f} | {100 * bound / ours:.1f}% | {base} | {peak:.0f} |", flush=True)
     return 0
 
 

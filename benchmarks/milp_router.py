@@ -41,11 +41,11 @@ def zipf_matrix(ranks: int, per_machine: int = 8) -> list[list[int]]:
 
 
 def _run(topo_name, coll, size, solver, out):
-    from synth.lp.solver import MilpOptions
     from synth.baselines import fastest_baseline
     from synth.core.library import resolve_topology
-    from synth.milp.synthesize import synthesize
+    from synth.lp.solver import MilpOptions
     from synth.milp.sketch import default_sketch
+    from synth.milp.synthesize import synthesize
 
     topo = resolve_topology(topo_name)
     if coll.endswith("ZIPF"):
@@ -86,8 +86,9 @@ def main() -> int:
         base = f"{best[0]} ({100 * bound / best[1]:.1f}%)" if best else "-"
         label = "1M" if size == MIB else "8M" if size == 8 * MIB else "1G"
         print(f"| {topo} {coll.replace('ZIPF', 'zipf')} | {label} | {chunks} | {steps} | {stages.routing:.1f} | "
-              f"{stages.ordering:.1f} | {stages.timing:.1f} | {stages.exact:.1f} | {total:.1f} | {ours:.1f} ({simulated:.1f}) | "
-              f"{bound:.1f} | {100 * bound / ours:.1f}% | {base} | {status} | {peak:.0f} |", flush=True)
+              f"{stages.ordering:.1f} | {stages.timing:.1f} | {stages.exact:.1f} | {total:.1f} | "
+              f"{ours:.1f} ({simulated:.1f}) | {bound:.1f} | {100 * bound / ours:.1f}% | {base} | {status} | "
+              f"{peak:.0f} |", flush=True)
     return 0
 
 

@@ -127,10 +127,12 @@ def main() -> int:
         ratio = "-" if nccl is None else f"{nccl['time_us'] / r['best_us']:.2f}x ({r['protocol']})"
         floor = FLOORS.get((topo, coll))
         verdict = "-" if floor is None else (
-            f"{'met' if percent >= floor[0] and r['total'] < floor[1] else 'MISSED'} (>= {floor[0]:.0f}%, < {floor[1]} s)")
+            f"{'met' if percent >= floor[0] and r['total'] < floor[1] else 'MISSED'} "
+            f"(>= {floor[0]:.0f}%, < {floor[1]} s)")
         print(f"| {topo} | {coll} | {r['ranks']} | {r['topology'] + r['sketch']:.1f} | {r['routing']:.1f} | "
               f"{r['ordering']:.1f} | {r['timing']:.1f} | {r['verify']:.1f} | {r['other']:.1f} | {r['write']:.1f} | "
-              f"{r['total']:.1f} | {r['sends']} | {percent:.1f}% | {nccl_text} | {ratio} | {r['peak']:.0f} | {verdict} |",
+              f"{r['total']:.1f} | {r['sends']} | {percent:.1f}% | {nccl_text} | {ratio} | {r['peak']:.0f} | "
+              f"{verdict} |",
               flush=True)
     return 0
 

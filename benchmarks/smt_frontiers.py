@@ -47,8 +47,8 @@ QUICK = {"dgx1 allgather pareto", "ring:8 allgather pareto", "dgx2 allgather lea
 
 def _run(kind, topo_name, coll, root, kwargs, out):
     from synth.baselines import build_baseline
-    from synth.cost import best_protocol
     from synth.core.library import resolve_topology
+    from synth.cost import best_protocol
     from synth.smt.strategies import least_steps, pareto
 
     topo = resolve_topology(topo_name)
@@ -85,7 +85,8 @@ def main() -> int:
                         help="only the instances whose label contains TEXT (repeatable)")
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
-    print("| instance | frontier / result (S,R,C) | verdict | seconds | peak MiB | SCCL (peers.md) | NCCL time / ours at 1 GiB |")
+    print("| instance | frontier / result (S,R,C) | verdict | seconds | peak MiB | SCCL (peers.md) "
+          "| NCCL time / ours at 1 GiB |")
     print("|---|---|---|---|---|---|---|")
     for label, kind, topo, coll, root, kwargs, sccl in INSTANCES:
         if args.quick and label not in QUICK:

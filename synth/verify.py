@@ -376,6 +376,7 @@ class _Tables:
         if not len(self.group_cap):
             return True
         degree = self.group_ptr[used + 1] - self.group_ptr[used]
-        at = np.repeat(self.group_ptr[used], degree) + (np.arange(degree.sum()) - np.repeat(np.cumsum(degree) - degree, degree))
+        at = (np.repeat(self.group_ptr[used], degree)
+              + (np.arange(degree.sum()) - np.repeat(np.cumsum(degree) - degree, degree)))
         load = np.bincount(self.group_of[at], weights=np.repeat(count, degree), minlength=len(self.group_cap))
         return bool((load <= self.group_cap * rounds).all())

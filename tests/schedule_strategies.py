@@ -13,8 +13,7 @@ from dataclasses import replace
 from hypothesis import strategies as st
 
 from synth.core import collectives as colls
-from synth.core.schedule import rounds_needed
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.core.topology import LINK_KINDS, Group, Link, Topology
 
 
@@ -48,7 +47,8 @@ def _collective(draw, n: int, combining: bool):
         name = draw(st.sampled_from(["allgather", "broadcast", "alltoall", "gather", "scatter"]))
     chunks = draw(st.integers(1, 2))
     root = draw(st.integers(0, n - 1))
-    return colls.make_collective(name, n, root=root if name in ("broadcast", "reduce", "gather", "scatter") else None, chunks=chunks)
+    return colls.make_collective(name, n, root=root if name in ("broadcast", "reduce", "gather", "scatter") else None,
+                                 chunks=chunks)
 
 
 def _next_hop_tree(topo: Topology, target: int, rng: random.Random) -> dict[int, int]:

@@ -8,7 +8,6 @@ import importlib
 import importlib.util
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest

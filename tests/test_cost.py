@@ -10,6 +10,10 @@ from hypothesis import strategies as st
 
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import allgather, alltoall, broadcast
+from synth.core.errors import InputError
+from synth.core.io import read_json
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Group, Link, Topology
 from synth.cost import (
     PROTOCOLS,
     RUNTIME_PROTOCOLS,
@@ -28,11 +32,6 @@ from synth.cost import (
     step_times_us,
     untyped_links,
 )
-from synth.core.errors import InputError
-from synth.core.io import read_json
-from synth.core.schedule import Schedule, Send, Step
-from synth.core.topology import Group, Link, Topology
-
 from tests.schedule_strategies import valid_schedules
 
 DATA = Path(__file__).parent / "data"
@@ -69,7 +68,8 @@ def hand_made() -> list[Schedule]:
     grouped = line(3, bandwidth=50.0, groups=(nic,))
     out = [
         # two chunks on one link in one step, then nothing depends on anything
-        Schedule(pair, allgather(2, chunks=2), (Step((Send(0, 0, 1), Send(1, 0, 1), Send(2, 1, 0), Send(3, 1, 0)), 2),)),
+        Schedule(pair, allgather(2, chunks=2),
+                 (Step((Send(0, 0, 1), Send(1, 0, 1), Send(2, 1, 0), Send(3, 1, 0)), 2),)),
         # independent steps: the simulator overlaps them
         Schedule(pair, allgather(2), (Step((Send(0, 0, 1),), 1), Step((Send(1, 1, 0),), 1))),
         # a slow shared NIC under two faster links

@@ -3,8 +3,6 @@ runtime lower bound (synth.bounds.runtime)."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +17,6 @@ from synth.core.topology import Link, Topology
 from synth.cost import RUNTIME_PROTOCOLS, best_protocol, cost_rows, simulate_us, step_loads, step_time_us
 from synth.measure.calibration import Calibration
 from synth.measure.runtime import Launch, describe, nccl_time
-
 from tests.schedule_strategies import valid_schedules
 
 TERMS = Calibration().terms()
@@ -51,7 +48,8 @@ def test_few_thread_blocks_cap_a_fast_link_at_mid_sizes():
     assert channels == size // cal.get("channel_bytes_ll")
     loads = step_loads(s)
     took = loads.step_times_us(size, "ll", TERMS)[0]
-    assert took == pytest.approx(cal.get("latency_scale") * 1.0 + (size / 2) / (channels * cal.get("channel_gbps_ll") * 1e3))
+    assert took == pytest.approx(cal.get("latency_scale") * 1.0
+                                 + (size / 2) / (channels * cal.get("channel_gbps_ll") * 1e3))
 
 
 def test_the_launch_floor_is_a_floor_not_a_sum():

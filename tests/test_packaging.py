@@ -36,7 +36,8 @@ def test_library_machines_live_at_the_top_level():
 
 
 def test_top_level_modules_are_the_documented_ones():
-    assert sorted(p.name for p in SYNTH.glob("*.py")) == ["__init__.py", "__main__.py", "cost.py", "synthesizers.py", "verify.py"]
+    assert sorted(p.name for p in SYNTH.glob("*.py")) == ["__init__.py", "__main__.py", "cost.py", "synthesizers.py",
+                                                          "verify.py"]
 
 
 def _readme_block(after: str) -> str:

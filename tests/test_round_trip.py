@@ -12,13 +12,13 @@ import pytest
 from synth.baselines import registry
 from synth.baselines.common import BaselineNotApplicable
 from synth.cli.main import main
-from synth.exporters.msccl_xml import program_to_xml
-from synth.program.document import program_from_json, program_to_json
 from synth.core.library import resolve_topology
+from synth.exporters.msccl_xml import program_to_xml
 from synth.lower.lowering import LoweringOptions, lower
 from synth.msccl.load_rules import check_profile, ok
 from synth.msccl.profiles import PROFILES, RUNTIMES
 from synth.msccl.xml_reader import read_xml
+from synth.program.document import program_from_json, program_to_json
 from synth.program.replay import replay
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "gather", "scatter")
@@ -82,8 +82,8 @@ def test_smt_frontier_schedules_round_trip(tmp_path):
 def test_milp_router_schedules_round_trip():
     from dataclasses import replace
 
-    from synth.milp.synthesize import synthesize
     from synth.milp.sketch import default_sketch
+    from synth.milp.synthesize import synthesize
 
     topo = resolve_topology("ndv2x2")
     for coll in ("allgather", "allreduce"):

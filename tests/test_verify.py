@@ -15,7 +15,6 @@ from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Group, Link, Topology
 from synth.verify import verify
-
 from tests.reference_replay import reference_valid
 from tests.schedule_strategies import MUTATIONS, mutate, valid_schedules
 

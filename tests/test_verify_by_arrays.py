@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 from synth.core.library import resolve_topology
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
-from synth.verify import verify
-from synth.verify import is_valid
+from synth.verify import is_valid, verify
 from tests.schedule_strategies import MUTATIONS, mutate, valid_schedules
 
 

@@ -2,7 +2,8 @@
 
 A *unit* is the topology's smallest link bandwidth; a link or group of bandwidth B offers
 ``floor(B / unit)`` units (a group slower than the unit, such as a CPU interconnect between
-PCIe GPUs, still offers one: the ring crosses it at its own rate), and every ring uses one unit of each link and group on its hops, so
+PCIe GPUs, still offers one: the ring crosses it at its own rate), and every ring uses one unit of each
+link and group on its hops, so
 the rings of a plan share the machine fairly and each carries the same share of the data.
 
 - One machine: a packing of directed Hamiltonian cycles in that capacity multigraph, each

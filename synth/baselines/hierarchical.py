@@ -17,7 +17,6 @@ reduce-scatter then allgather. ``meta`` counts the steps of each level (``rail_s
 
 from __future__ import annotations
 
-from synth.core import collectives
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, finish, holders, route_phase
 from synth.baselines.cycles import Ring, find_ring
@@ -30,10 +29,11 @@ from synth.baselines.ring import (
     own_blocks,
     ring_phases,
 )
+from synth.core import collectives
 from synth.core.collective import Collective
-from synth.core.transforms import compose
 from synth.core.schedule import Schedule
 from synth.core.topology import Topology
+from synth.core.transforms import compose
 
 
 def machines_of(topology: Topology) -> tuple[tuple[int, ...], ...]:

@@ -373,7 +373,8 @@ NCCL_TREE = Baseline(
     name="nccl_tree",
     collectives=frozenset({"allreduce"}),
     build=build,
-    description="NCCL's Tree: double binary tree across machines, chains inside, pipelined (fastest pieces at the size)",
+    description=("NCCL's Tree: double binary tree across machines, chains inside, pipelined "
+                 "(fastest pieces at the size)"),
     sized=True,
     choices=choices,
 )

@@ -16,10 +16,10 @@
 
 from __future__ import annotations
 
-from synth.core import collectives
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, holders, phases_to_steps
 from synth.baselines.ring import chunks_per_rank, dual_steps
+from synth.core import collectives
 from synth.core.collective import Collective
 from synth.core.schedule import Schedule, Send
 from synth.core.topology import Topology

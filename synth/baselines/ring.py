@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from synth.core import collectives
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, holders, phases_to_steps
 from synth.baselines.cycles import Ring, find_ring
+from synth.core import collectives
 from synth.core.collective import Collective
 from synth.core.errors import InputError
-from synth.core.transforms import compose, dual_schedule
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
+from synth.core.transforms import compose, dual_schedule
 
 Blocks = Mapping[int, Sequence[int]]
 Steps = list[list[Send]]

@@ -21,9 +21,9 @@ from synth.baselines.common import BaselineNotApplicable, Transfer, finish, rout
 from synth.core.collective import Collective
 from synth.core.collectives import broadcast, gather, reduce, scatter
 from synth.core.errors import InputError
-from synth.core.transforms import dual_schedule
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
+from synth.core.transforms import dual_schedule
 
 DEFAULT_DBT_PIECES = 4  # pieces per half of the buffer in the double binary tree
 

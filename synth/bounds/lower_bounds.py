@@ -54,8 +54,8 @@ from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
 from synth.bounds.flow import Demand, flow_lp, flow_variables
 from synth.bounds.steps import latency_floor, steps_bound
 from synth.core.collective import Collective
-from synth.core.transforms import dual_collective
 from synth.core.topology import Topology
+from synth.core.transforms import dual_collective
 
 _LP = "flow LP (multi-commodity relaxation)"
 FLOW_LP_LIMIT = 20_000  # flow variables; HiGHS needs ~0.4 s at 14k, 10-20 s at 50k
@@ -118,7 +118,8 @@ class Bounds:
             "time_us": None if size is None else self.time_us(size),
         }
         if self.proven is not None:
-            doc["proven"] = {k: v for k, v in self.proven.to_dict(size).items() if k not in ("topology", "collective", "size")}
+            doc["proven"] = {k: v for k, v in self.proven.to_dict(size).items()
+                             if k not in ("topology", "collective", "size")}
         return doc
 
 
@@ -243,7 +244,8 @@ def _flip(text: str | None) -> str | None:
     """Swap in/out in a cut name (a bound on the reversed topology, read on the original)."""
     if text is None:
         return None
-    return text.replace(" out-bandwidth", " \0").replace(" in-bandwidth", " out-bandwidth").replace(" \0", " in-bandwidth")
+    return (text.replace(" out-bandwidth", " \0").replace(" in-bandwidth", " out-bandwidth")
+            .replace(" \0", " in-bandwidth"))
 
 
 def _to_fraction(value: float) -> Fraction:

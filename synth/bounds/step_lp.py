@@ -487,7 +487,8 @@ class StepRelaxation:
         every split is checked against the known cuts at once; then, balanced first, LPs are
         solved for splits still open (each infeasible one adds a cut, which may close many)
         until every open split is decided, ``enough`` are known feasible, ``max_solves``
-        solves are spent, or (``seconds``) that much time has gone. LP-feasible splits come first, by load, then the undecided ones.
+        solves are spent, or (``seconds``) that much time has gone. LP-feasible splits come first, by load,
+        then the undecided ones.
         None when there are too many splits to list."""
         splits = compositions(rounds, self.steps)
         if splits is None:
@@ -506,7 +507,8 @@ class StepRelaxation:
             solves += 1
             if len(self.cuts) > before or (self._loads[(unknown[0], scale)] or 0) > 1 + TOLERANCE:
                 alive = self._cut_survivors(alive, scale)
-                alive = alive[[not self._known_out(tuple(row), scale) for row in alive.tolist()]] if len(alive) else alive
+                alive = (alive[[not self._known_out(tuple(row), scale) for row in alive.tolist()]]
+                         if len(alive) else alive)
         rows = [tuple(row) for row in alive.tolist()]
 
         def order(split):
@@ -595,7 +597,8 @@ def class_symmetry(topology: Topology, classes: tuple) -> tuple[tuple[int, ...],
     identity = (tuple(range(topology.ranks)),)
     pre = tuple(c[0] for c in classes)
     post = tuple(c[1] for c in classes)
-    perms = [s.ranks for s in search_symmetries(topology, Collective("classes", topology.ranks, False, pre, post, len(pre)))]
+    perms = [s.ranks for s in
+             search_symmetries(topology, Collective("classes", topology.ranks, False, pre, post, len(pre)))]
     group = set(perms)
     if any(tuple(a[b[r]] for r in range(topology.ranks)) not in group for a in perms for b in perms):
         return identity

@@ -98,7 +98,8 @@ def report(path: str, names: list[str] | None = None) -> CheckReport:
 def _summary(program: Program) -> str:
     return (f"{program.collective or '?'} on {program.ranks} ranks, {program.protocol or '?'}, "
             f"{program.chunks_per_loop} chunks per loop, {program.channels} channels, up to "
-            f"{program.threadblocks_per_rank} thread blocks per rank and {program.max_ops_per_threadblock} steps per block")
+            f"{program.threadblocks_per_rank} thread blocks per rank and "
+            f"{program.max_ops_per_threadblock} steps per block")
 
 
 def exit_code(doc: dict) -> int:
@@ -157,4 +158,4 @@ def _collapse(problems: list[str]) -> list[str]:
     return out
 
 
-__all__ = ["CheckReport", "Problem", "add_check_parser", "cmd_check", "describe", "exit_code", "report", "runtimes"]
+__all__ = ["CheckReport", "add_check_parser", "cmd_check", "describe", "exit_code", "report", "runtimes"]

@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 import sys
 
+from synth.cli.common import (
+    add_calibration_option,
+    add_coll_options,
+    collective_of,
+    protocol_choice,
+    terms_of,
+    topology_of,
+    write_or_print,
+)
 from synth.core.errors import InputError
-
-from synth.cli.common import (add_calibration_option, add_coll_options, collective_of, protocol_choice, terms_of,
-                               topology_of, write_or_print)
 
 DEFAULT_COST_SIZES = "1K,64K,1M,16M,256M,1G"
 

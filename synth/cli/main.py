@@ -15,7 +15,7 @@ from typing import Sequence
 
 from synth import __version__
 from synth.cli.common import Parser
-from synth.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INPUT, SynthError
+from synth.core.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, SynthError
 
 
 def build_parser() -> argparse.ArgumentParser:

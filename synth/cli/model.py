@@ -1,4 +1,5 @@
-"""``synth topo``, ``synth coll`` and ``synth verify``: the model's commands (topologies, collectives, schedule files)."""
+"""``synth topo``, ``synth coll`` and ``synth verify``: the model's commands (topologies, collectives,
+schedule files)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 from synth.cli.common import add_coll_options, collective_of, topology_of
 from synth.core.errors import EXIT_INVALID, InputError
+
 
 def add_model_parsers(sub) -> None:
     """Add ``topo list|show``, ``coll list|show`` and ``verify`` to ``sub``."""
@@ -144,7 +146,8 @@ def cmd_coll_show(args) -> int:
             ranks = -1
         else:
             raise InputError("coll show needs -n N (the number of ranks)")
-    coll = collective_of(args.collective, ranks if ranks > 0 else _ranks_of_file(args.collective), args.root, args.chunks)
+    coll = collective_of(args.collective, ranks if ranks > 0 else _ranks_of_file(args.collective), args.root,
+                         args.chunks)
     if args.json:
         print(json.dumps(coll.to_dict(), indent=1))
         return 0

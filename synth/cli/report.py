@@ -11,7 +11,8 @@ DEFAULT_SIZES_TEXT = "1K..4G"
 
 
 def add_report_parser(sub) -> None:
-    p = sub.add_parser("report", help="frontier + baselines + bounds over sizes: tables, plots, size->algorithm selection")
+    p = sub.add_parser("report",
+                       help="frontier + baselines + bounds over sizes: tables, plots, size->algorithm selection")
     p.add_argument("topology", nargs="?")
     p.add_argument("collective", nargs="?")
     p.add_argument("-o", "--output", help="folder (default results/TOPO/COLL)")

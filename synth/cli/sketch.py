@@ -25,8 +25,8 @@ def add_sketch_parser(sub) -> None:
 
 
 def cmd_sketch_show(args) -> int:
-    from synth.cost import parse_size
     from synth.core.library import resolve_topology
+    from synth.cost import parse_size
     from synth.milp.sketch import default_sketch
 
     topo = resolve_topology(args.topology)

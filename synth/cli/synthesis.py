@@ -7,6 +7,7 @@ import sys
 from synth.cli.common import add_calibration_option, add_problem, progress, terms_of, topology_of, write_or_print
 from synth.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError
 
+
 def add_synthesis_parsers(sub) -> None:
     """Add ``solve``, ``least-steps`` and ``pareto`` to ``sub``."""
     from synth import synthesizers
@@ -163,7 +164,8 @@ def _runtime_line(args, schedule, size: int | None = None) -> None:
     protocol, took = best_protocol(schedule, at, terms)
     bound = runtime_bounds(schedule.topology, schedule.collective, terms).time_us(at)
     progress(f"under calibration {terms.label} at {format_size(at)}: {took:.1f} us ({protocol}, "
-             f"{terms.channels(at, protocol)} instances) = {100 * bound / took:.1f}% of the runtime bound {bound:.1f} us")
+             f"{terms.channels(at, protocol)} instances) = {100 * bound / took:.1f}% of the runtime bound "
+             f"{bound:.1f} us")
 
 
 def cmd_least_steps(args) -> int:
@@ -216,10 +218,9 @@ def _frontier_state(frontier, bound: str | None) -> str:
 
 
 def cmd_pareto(args) -> int:
+    from synth.core.errors import InputError
     from synth.core.io import write_frontier
     from synth.smt.strategies import pareto
-
-    from synth.core.errors import InputError
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")

@@ -162,7 +162,8 @@ def make_collective(spec: str, ranks: int, root: int | None = None, chunks: int 
     if entry.rooted:
         return entry.builder(ranks, 0 if root is None else root, chunks)
     if root is not None:
-        raise InputError(f"{spec} has no root; --root applies to {', '.join(n for n, k in REGISTRY.items() if k.rooted)}")
+        raise InputError(f"{spec} has no root; --root applies to "
+                         f"{', '.join(n for n, k in REGISTRY.items() if k.rooted)}")
     return entry.builder(ranks, chunks)
 
 

@@ -29,7 +29,6 @@ from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
-
 MAX_DEPTH = 64  # nesting a document may have; synth's own formats need about 6
 MAX_INT_DIGITS = 19  # integers must fit 64 bits (unsigned); longer ones are refused
 

@@ -249,7 +249,8 @@ class Resources:
         return ptr, res, mult
 
 
-def _closure(rank_gens: list[np.ndarray], chunk_gens: list[np.ndarray], n: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+def _closure(rank_gens: list[np.ndarray], chunk_gens: list[np.ndarray], n: int,
+             c: int) -> tuple[np.ndarray, np.ndarray]:
     """Every element of the group the generators generate (breadth first; identity first)."""
     identity = np.arange(n, dtype=np.int32)
     ranks = [identity]

@@ -14,8 +14,9 @@ on is refused with one InputError line instead (section 15).
 >>> gpu = lambda r: RankProgram(r, 1, 2, 0, (Threadblock(0, 1 - r, 1 - r, 0, (
 ...     Op("s", "i", 0, "o", r, 1), Op("r", "i", 0, "o", 1 - r, 1), Op("cpy", "i", 0, "o", r, 1))),))
 >>> p = Program("ag2", "allgather", 2, "Simple", 2, False, True, 1, (gpu(0), gpu(1)))
->>> print(program_to_xml(p, "executor").splitlines()[0])
-<algo name="ag2" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allgather" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
+>>> print(program_to_xml(p, "executor").splitlines()[0].replace(" coll=", "\\n coll="))
+<algo name="ag2" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2"
+ coll="allgather" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
 """
 
 from __future__ import annotations
@@ -24,8 +25,16 @@ from collections import Counter
 
 from synth.core.errors import InputError
 from synth.lower.lowering import NAME_RE
-from synth.msccl.profiles import (MAX_COUNT, MAX_DEP_TB, MAX_ELEMENTS_PER_RANK, MAX_FUSED_REDUCES, MAX_OFFSET,
-                                  MAX_PEERS_PER_CHANNEL, PROFILES, Profile)
+from synth.msccl.profiles import (
+    MAX_COUNT,
+    MAX_DEP_TB,
+    MAX_ELEMENTS_PER_RANK,
+    MAX_FUSED_REDUCES,
+    MAX_OFFSET,
+    MAX_PEERS_PER_CHANNEL,
+    PROFILES,
+    Profile,
+)
 from synth.program.ir import BUFFERS, OP_TYPES, PROTOCOLS, READS_SRC, WRITES_DST, Program, RankProgram
 
 LEGACY_MAX_BYTES = 2**31 - 1  # exclusive; the largest bound every parser reads as an int

@@ -26,11 +26,11 @@ from collections import Counter
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
-from synth.greedy.nic_matching import plan_crossings
 from synth.core.planning import on_machine, planning_view
-from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
+from synth.core.transforms import compose, dual_collective, dual_schedule
+from synth.greedy.nic_matching import plan_crossings
 from synth.verify import verify
 
 
@@ -51,7 +51,8 @@ def greedy_schedule(topology: Topology, collective: Collective, max_steps: int |
             raise RuntimeError(f"greedy scheduler did not finish in {limit} steps (a bug)")
         steps.append(greedy.next_step())
     schedule = Schedule(topology, collective, tuple(steps),
-                        {"synthesizer": "greedy", "algorithm": "greedy pipelined", "chunks_per_rank": collective.chunks_per_rank})
+                        {"synthesizer": "greedy", "algorithm": "greedy pipelined",
+                         "chunks_per_rank": collective.chunks_per_rank})
     _check(schedule)
     return schedule
 

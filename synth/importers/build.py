@@ -270,7 +270,8 @@ def _pcie(desc, pairs, chosen, where, links, groups, sources, cpu) -> None:
                    "PCIe/NVLink per-hop latency ratio 1.0/0.6, reference/nccl-model.md); " + PCIE_SOURCE)
     sources.append(f"PCIe sharing from the path types: {len([c for c in switch if len(c) > 1])} PCIe switch(es) "
                    f"(PIX/PXB) and {len([c for c in bridges if len(c) > 1])} host bridge(s) (PHB) with GPUs behind "
-                   f"them share one uplink each; {len(nodes)} NUMA node(s) (NODE), {crossings} CPU-interconnect crossing group(s) "
+                   f"them share one uplink each; {len(nodes)} NUMA node(s) (NODE), {crossings} CPU-interconnect "
+                   "crossing group(s) "
                    f"(SYS) at {sys_gbs:g} GB/s per direction (NCCL topo.h {cpu or DEFAULT_SYS} figure)")
 
 

@@ -66,10 +66,12 @@ MODELS = (
     _m("L40S", "none", 0.0, 0, 4, 100, "L40S: no NVLink, PCIe gen4 [M]"),
     _m("T4", "none", 0.0, 0, 3, 100, "T4: no NVLink, PCIe gen3 [M]"),
     _m("A10", "none", 0.0, 0, 4, 100, "A10: no NVLink, PCIe gen4 [M]"),
-    _m("A30", "nvlink", 25.0, 4, 4, 200, f"A30: NVLink bridge, 4 links, {_NV3} (200 GB/s bidirectional) [M]; PCIe gen4 [M]"),
+    _m("A30", "nvlink", 25.0, 4, 4, 200, f"A30: NVLink bridge, 4 links, {_NV3} (200 GB/s bidirectional) [M]; "
+                                         "PCIe gen4 [M]"),
     _m("A40", "nvlink", 14.0625, 4, 4, 100, "A40: NVLink bridge 112.5 GB/s bidirectional = 4 links x 14.0625 GB/s per "
                                              "direction [M]; PCIe gen4 [M]"),
-    _m("RTX3090", "nvlink", 14.0625, 4, 4, 100, "RTX 3090: NVLink bridge 112.5 GB/s bidirectional = 4 links x 14.0625 GB/s "
+    _m("RTX3090", "nvlink", 14.0625, 4, 4, 100, "RTX 3090: NVLink bridge 112.5 GB/s bidirectional = 4 links x "
+                                                 "14.0625 GB/s "
                                                  "per direction (topo-samples EXPECTED.md); PCIe gen4 [M]"),
     _m("RTX4090", "none", 0.0, 0, 4, 100, "RTX 4090: no NVLink, PCIe gen4 [M]"),
     _m("RTX5090", "none", 0.0, 0, 5, 100, "RTX 5090: no NVLink, PCIe gen5 [M]"),
@@ -78,7 +80,8 @@ MODELS = (
     _m("MI100", "xgmi", 46.0, 3, 4, 200, "MI100: 3 Infinity Fabric links of 92 GB/s bidirectional [M]; PCIe gen4 [M]"),
     _m("MI210", "xgmi", 50.0, 3, 4, 200, "MI210: 3 Infinity Fabric links of 100 GB/s bidirectional [M]; PCIe gen4 [M]"),
     _m("MI250", "xgmi", 50.0, 8, 4, 200, "MI250: xGMI 50 GB/s per link per direction (25 GT/s x16) [R]; PCIe gen4 [M]"),
-    _m("MI250X", "xgmi", 50.0, 8, 4, 200, "MI250X: xGMI 50 GB/s per link per direction (25 GT/s x16) [R]; PCIe gen4 [M]"),
+    _m("MI250X", "xgmi", 50.0, 8, 4, 200, "MI250X: xGMI 50 GB/s per link per direction (25 GT/s x16) [R]; "
+                                           "PCIe gen4 [M]"),
     _m("MI300A", "xgmi", 64.0, 6, 5, 400, "MI300A: xGMI 64 GB/s per link per direction, as MI300X [R for MI300X]; "
                                           "PCIe gen5 [M]"),
     _m("MI300X", "xgmi", 64.0, 7, 5, 400, "MI300X: 7 xGMI links, 64 GB/s per link per direction [R]; PCIe gen5 [M]; "

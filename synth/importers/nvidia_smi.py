@@ -14,7 +14,8 @@ cell, which the matrix's symmetry makes equal, picks the reading, and a cell sti
 refused in one line. A cell that is a path type by itself (``NV120``) is split only when another
 row's cell shows the output runs cells together and the transposed cell agrees with the split.
 
->>> text = "\\tGPU0\\tGPU1\\tCPU Affinity\\tNUMA Affinity\\nGPU0\\t X \\tNV4\\t0-23\\t0\\nGPU1\\tNV4\\t X \\t0-23\\t0\\n"
+>>> text = ("\\tGPU0\\tGPU1\\tCPU Affinity\\tNUMA Affinity\\n"
+...         "GPU0\\t X \\tNV4\\t0-23\\t0\\nGPU1\\tNV4\\t X \\t0-23\\t0\\n")
 >>> m = read_nvidia_smi(text, "topo.txt")
 >>> m.gpus, m.path(0, 1).links, m.numa, m.notes
 (2, 4, (0, 0), ('nvidia-smi topo -m: 2 GPUs, 0 NICs',))

@@ -13,7 +13,6 @@ from synth.msccl.profiles import MAX_DEP_TB
 from synth.program.ir import Op, Threadblock
 
 
-
 @dataclass(eq=False, slots=True)
 class _Op:
     key: tuple

@@ -50,13 +50,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from synth.core.errors import InputError
-from synth.lower.blocks import (Overflow, add_dependencies, assign_blocks, build_ops, emit_rank, fuse,
-                                 reduce_dependencies)
+from synth.core.schedule import Schedule
+from synth.lower.blocks import (
+    Overflow,
+    add_dependencies,
+    assign_blocks,
+    build_ops,
+    emit_rank,
+    fuse,
+    reduce_dependencies,
+)
 from synth.lower.layout import Layout, buffer_layout
 from synth.lower.plan import PlanConfig, Planner
 from synth.msccl.profiles import MAX_ELEMENTS_PER_RANK, MAX_OFFSET, MAX_PEERS_PER_CHANNEL, PROFILES, Profile
 from synth.program.ir import PROTOCOLS, Program, RankProgram, Threadblock
-from synth.core.schedule import Schedule
 
 CHANNEL_POLICIES = ("one", "link", "max")
 DEFAULT_MAX_CHANNELS = 8

@@ -6,9 +6,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from synth.core.errors import InputError
+from synth.core.schedule import Schedule
 from synth.lower.layout import Layout, Loc
 from synth.msccl.profiles import MAX_COUNT
-from synth.core.schedule import Schedule
 
 _FOREVER = 1 << 60
 MAX_OPS_PER_STEP = 7  # per connection and step: NCCL's 8 FIFO slots, one spare for a fused receive

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from itertools import dropwhile
 from dataclasses import dataclass, field, replace
+from itertools import dropwhile
 from pathlib import Path
 
 from synth.core.errors import InputError

@@ -52,17 +52,17 @@ from typing import Callable
 
 import pulp
 
-from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus, solve, value
 from synth.bounds.lower_bounds import lower_bounds
 from synth.bounds.step_lp import step_rounds_bound
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
-from synth.cost import step_time_us
 from synth.core.errors import InputError
-from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.core.schedule import Schedule, Send, Status, Step
 from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
+from synth.core.transforms import compose, dual_collective, dual_schedule
+from synth.cost import step_time_us
+from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus, solve, value
 from synth.verify import verify
 
 # Valid cuts; DEFAULT_CUTS are those that paid on ndv2 allgather C=2..6, S=3..4 (HiGHS 1.16):
@@ -520,7 +520,8 @@ def _search(topology, name, root, size_bytes, chunk_counts, max_steps, time_limi
             result = exact_schedule(topology, coll, steps, size_bytes, limit, solver, objective,
                                     cutoff=cutoff, rotation=rotation)
             below = cutoff is not None and result.status is Status.INFEASIBLE
-            attempt = Attempt(chunks, steps, result.status, result.seconds, result.time_us, "no better" if below else "")
+            attempt = Attempt(chunks, steps, result.status, result.seconds, result.time_us,
+                              "no better" if below else "")
             attempts.append(attempt)
             shown = "" if result.time_us is None else f", {result.time_us:.3f} us"
             progress(f"{label}: {attempt.label} {result.seconds:.1f} s{shown}")

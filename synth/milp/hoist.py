@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from synth.core.errors import InvalidScheduleError
-from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.core.orbits import Quotient
+from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.cost import step_loads
 from synth.milp.orbit_cost import step_loads as orbit_step_loads
 from synth.verify import verify

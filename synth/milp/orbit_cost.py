@@ -30,7 +30,8 @@ from __future__ import annotations
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule
-from synth.cost import StepLoads, effective_link, land, protocol_of, simulate_us as full_simulate_us
+from synth.cost import StepLoads, effective_link, land, protocol_of
+from synth.cost import simulate_us as full_simulate_us
 
 
 def step_loads(quotient: Quotient, rep: Schedule) -> StepLoads:

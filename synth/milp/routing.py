@@ -36,13 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from synth.lp.solver import MilpOptions, MilpStatus, as_status, solve, value
 from synth.core.collective import Collective
-from synth.core.schedule import Status
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient, orbit_representatives
-from synth.milp.sketch import Sketch
+from synth.core.schedule import Status
 from synth.core.topology import Topology
+from synth.lp.solver import MilpOptions, MilpStatus, as_status, solve, value
+from synth.milp.sketch import Sketch
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
-from synth.cost import format_size, parse_size
 from synth.core.errors import InputError
 from synth.core.topology import Topology
+from synth.cost import format_size, parse_size
 
 SKETCH_FORMAT = "synth.sketch"
 SKETCH_VERSION = 1
@@ -321,7 +321,8 @@ def check_sketch(sketch: Sketch, topology: Topology, where: str = "sketch") -> N
                              "peers a GPU has in its machine")
         problem = switch_problem(topology)
         if problem:
-            raise InputError(f"{where}: intra.mode: 'switch' needs every GPU's links inside its machine in one port group (an NVSwitch or PCIe switch); {problem}")
+            raise InputError(f"{where}: intra.mode: 'switch' needs every GPU's links inside its machine in one port "
+                             f"group (an NVSwitch or PCIe switch); {problem}")
     _check_relay(sketch.relay, topology, machines, where)
     if sketch.symmetry is not None:
         _check_symmetry(sketch, topology, machines, where)

@@ -31,26 +31,27 @@ from typing import Callable
 
 import numpy as np
 
-from synth.lp.solver import MilpOptions
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
-from synth.cost import format_size, simulate_us, step_time_us
+from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.planning import on_machine, planning_view
-from synth.core.symmetry import chunk_permutation
-from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
-from synth.verify import verify
-from synth.core.errors import InputError
-from synth.core.transforms import compose, dual_collective, dual_schedule
-from synth.milp.ordering import OrderingRules, order_sends
-from synth.milp.exact import best_exact
-from synth.milp.routing import RoutePlan, route
-from synth.milp.hoist import hoist_sends
-from synth.milp.timing import merge_steps
 from synth.core.schedule import Schedule, Status
-from synth.milp.sketch import Sketch
+from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
+from synth.core.transforms import compose, dual_collective, dual_schedule
+from synth.cost import format_size, simulate_us, step_time_us
+from synth.lp.solver import MilpOptions
+from synth.milp.exact import best_exact
+from synth.milp.hoist import hoist_sends
+from synth.milp.orbit_cost import simulate_us as orbit_simulate_us
+from synth.milp.orbit_cost import step_loads as orbit_step_loads
+from synth.milp.ordering import OrderingRules, order_sends
+from synth.milp.routing import RoutePlan, route
+from synth.milp.sketch import Sketch
+from synth.milp.timing import merge_steps
+from synth.verify import verify
 
 Progress = Callable[[str], None]
 BLOCKS = (1, 2, 3)  # rounds per block the ordering tries, in order, while longer blocks pay (order_sends)
@@ -417,7 +418,8 @@ def _exact_line(found, seconds: float) -> str:
         return f"exact (time-expanded MILP): no schedule ({tally}), {seconds:.2f} s"
     best = (f"best C={found.schedule.collective.chunks_per_rank} with {len(found.schedule.steps)} steps, "
             f"{found.time_us:.3f} us")
-    return f"exact (time-expanded MILP over C and S): {len(found.attempts)} instances ({tally}), {best}, {seconds:.2f} s"
+    return (f"exact (time-expanded MILP over C and S): {len(found.attempts)} instances ({tally}), {best}, "
+            f"{seconds:.2f} s")
 
 
 def _plan_line(label: str, plan: RoutePlan, options: MilpOptions) -> str:

@@ -52,10 +52,10 @@ from itertools import chain
 
 import numpy as np
 
-from synth.cost import simulate_us, step_time_us
 from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
+from synth.cost import simulate_us, step_time_us
 from synth.verify import verify
 
 _REL_TOL = 1e-12  # float noise allowed when comparing two partitions' times

@@ -23,12 +23,18 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from synth.msccl.profiles import (
-    MAX_COUNT, MAX_DEP_TB, MAX_ELEMENTS_PER_RANK, MAX_FUSED_REDUCES, MAX_OFFSET, MAX_PEERS_PER_CHANNEL, PROFILES,
+    MAX_COUNT,
+    MAX_DEP_TB,
+    MAX_ELEMENTS_PER_RANK,
+    MAX_FUSED_REDUCES,
+    MAX_OFFSET,
+    MAX_PEERS_PER_CHANNEL,
+    PROFILES,
     Profile,
 )
 from synth.msccl.xml_reader import ParsedXml, strtol
-from synth.program.ir import BUFFERS, OP_TYPES, PROTOCOLS, RECEIVING, SENDING, Program
 from synth.program.deps import Problem, release, structure_problems, transfers
+from synth.program.ir import BUFFERS, OP_TYPES, PROTOCOLS, RECEIVING, SENDING, Program
 
 __all__ = ["Problem", "PROFILES", "check_profile", "check_program", "ok"]
 
@@ -83,8 +89,8 @@ def _algo_rules(parsed: ParsedXml, profile: Profile) -> list[Problem]:
         problems.append(Problem("missing-attribute", f"<algo> lacks {', '.join(absent)}", "rejects", line=line))
     proto = algo.get("proto")
     if proto is not None and proto not in PROTOCOLS:
-        problems.append(Problem("protocol", f"unknown protocol {proto!r} (Simple, LL, LL128; case-sensitive)", "rejects",
-                                line=line))
+        problems.append(Problem("protocol", f"unknown protocol {proto!r} (Simple, LL, LL128; case-sensitive)",
+                                "rejects", line=line))
     coll = algo.get("coll")
     if coll is not None and coll not in profile.coll_names.values():
         hint = ""
@@ -94,10 +100,12 @@ def _algo_rules(parsed: ParsedXml, profile: Profile) -> list[Problem]:
                 spelled = profile.coll_names.get(synth_name)
                 hint = f" (spelled {spelled!r} there)" if spelled else f" ({coll} is {other.name}-only)"
                 break
-        problems.append(Problem("collective", f"{profile.name} does not know coll={coll!r}{hint}", "rejects", line=line))
+        problems.append(Problem("collective", f"{profile.name} does not know coll={coll!r}{hint}", "rejects",
+                                line=line))
     prog = parsed.program
     if ("ngpus" in algo and prog.ranks != strtol(algo["ngpus"])[0]) or prog.ranks < 1:
-        problems.append(Problem("ngpus", f"ngpus={algo.get('ngpus')!r} is not a usable world size", "rejects", line=line))
+        problems.append(Problem("ngpus", f"ngpus={algo.get('ngpus')!r} is not a usable world size", "rejects",
+                                line=line))
     min_b = strtol(algo["minBytes"], 64)[0] if "minBytes" in algo else 0
     max_b = strtol(algo["maxBytes"], 64)[0] if "maxBytes" in algo else (1 << 27 if profile.name == "legacy" else None)
     if profile.name == "legacy":
@@ -198,7 +206,8 @@ def _raw_step_rules(parsed: ParsedXml, profile: Profile, skip: set) -> list[Prob
                 problems.append(Problem("step-number", f"s={s} but the step is at position {pos}: dependencies "
                                         "name positions", "misbehaves", rank, tb.id, pos, line))
             if hasdep not in (0, 1) and op.type != "nop":
-                problems.append(Problem("hasdep", f"hasdep={hasdep} (must be 0 or 1)", "rejects", rank, tb.id, pos, line))
+                problems.append(Problem("hasdep", f"hasdep={hasdep} (must be 0 or 1)", "rejects", rank, tb.id, pos,
+                                        line))
     return problems
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Mapping
 
 from synth.core.io import read_bytes
-from synth.msccl.xml_tokens import Lexical, Element, element_tree
+from synth.msccl.xml_tokens import Element, Lexical, element_tree
 from synth.program.ir import Op, Program, RankProgram, Threadblock
 
 GPU_ATTRS = ("id", "i_chunks", "o_chunks", "s_chunks")

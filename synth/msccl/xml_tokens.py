@@ -137,7 +137,8 @@ def _diagnose(text: str, pos: int, end: int) -> tuple[str, str]:
     if "\t" in tag:
         return "tab", "tab inside a tag: the runtimes' reader takes it as part of a name and fails"
     if "\n" in tag.strip() or "\r" in tag.strip():
-        return "multiline-tag", "attributes across lines: the reader ends the attribute list at the line break and fails"
+        return ("multiline-tag",
+                "attributes across lines: the reader ends the attribute list at the line break and fails")
     if "'" in tag:
         return "single-quote", "single-quoted value: the reader only ends a value at a double quote"
     if re.search(r"=[^\"']", tag) or re.search(r"\s=|=\s", tag):
@@ -229,7 +230,8 @@ def _tree(nodes: list[_Node], lexical: list, end_line: int) -> tuple[list[Elemen
         line = node.line
         if node.kind == "close":
             if not stack:
-                lexical.append(Lexical(line, "syntax", f"closing tag </{node.name}> without an open element", "rejects"))
+                lexical.append(Lexical(line, "syntax", f"closing tag </{node.name}> without an open element",
+                                       "rejects"))
             elif stack[-1][0] == node.name:
                 stack.pop()
             else:
@@ -247,8 +249,8 @@ def _tree(nodes: list[_Node], lexical: list, end_line: int) -> tuple[list[Elemen
         pairs = [kv for kv in node.attrs if kv[0]]
         attrs = dict(reversed(pairs))  # the reader returns the first of repeated names
         if len(attrs) != len(pairs):
-            lexical.append(Lexical(line, "duplicate-attribute", f"<{node.name}> repeats an attribute: the first is used",
-                                   "note"))
+            lexical.append(Lexical(line, "duplicate-attribute",
+                                   f"<{node.name}> repeats an attribute: the first is used", "note"))
         for key, value in pairs:
             if len(value) > MAX_VALUE_CHARS:
                 lexical.append(Lexical(line, "long-value", f"value of {key} longer than {MAX_VALUE_CHARS} "
@@ -256,7 +258,8 @@ def _tree(nodes: list[_Node], lexical: list, end_line: int) -> tuple[list[Elemen
         context = stack[-1][1] if stack else "top"
         parent = stack[-1][2] if stack else None
         if context == "step":
-            lexical.append(Lexical(line, "syntax", f"<{node.name}> inside <step>: the runtimes' reader crashes", "rejects"))
+            lexical.append(Lexical(line, "syntax", f"<{node.name}> inside <step>: the runtimes' reader crashes",
+                                   "rejects"))
             context = "skip"
         elif context != "skip" and node.name == _CHILD.get(context):
             elem = Element(node.name, attrs, line)

@@ -9,12 +9,15 @@ aliasing (in-place allgather input = output chunks rank*N/ngpus..; in-place redu
 collective promises.
 
 >>> from synth.program.ir import Program, RankProgram
->>> p = Program("ag", "allgather", 2, "LL", 2, True, False, 1, (RankProgram(0, 0, 2, 0, ()), RankProgram(1, 0, 2, 0, ())))
+>>> p = Program("ag", "allgather", 2, "LL", 2, True, False, 1,
+...             (RankProgram(0, 0, 2, 0, ()), RankProgram(1, 0, 2, 0, ())))
 >>> Layout(p, 1, inplace=True).view["i"]
 ('o', 1, 1)
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from synth.program.ir import Program
 
@@ -94,21 +97,44 @@ def _expected(program: Program, layout_of, stride: int):
         if coll in ("allreduce", "reduce"):
             f = total
         elif coll in ("allgather", "gather"):
-            b = layout.input_size
-            f = (lambda k, b=b: frozenset((k // b * stride + k % b,)))
+            f = partial(_want_gathered, block=layout.input_size, stride=stride)
         elif coll in ("reduce_scatter",):
-            f = (lambda k, r=r, size=size: total(r * size + k))
+            f = partial(_want_reduced, total=total, offset=r * size)
         elif coll == "alltoall":
-            b = big // n if n else 0
-            f = (lambda k, r=r, b=b: frozenset(((k // b) * stride + r * b + k % b,)))
+            f = partial(_want_exchanged, rank=r, block=big // n if n else 0, stride=stride)
         elif coll == "broadcast":
-            f = (lambda k, root: frozenset((root * stride + k,)))
+            f = partial(_want_broadcast, stride=stride)
         elif coll == "scatter":
-            f = (lambda k, root, r=r, size=size: frozenset((root * stride + r * size + k,)))
+            f = partial(_want_scattered, rank=r, size=size, stride=stride)
         else:
             return None
         regions.append((r, name, base, size, f))
     return regions
+
+
+def _want_gathered(k: int, block: int, stride: int) -> frozenset:
+    """Output chunk k of an allgather: input chunk k % block of rank k // block."""
+    return frozenset((k // block * stride + k % block,))
+
+
+def _want_reduced(k: int, total, offset: int) -> frozenset:
+    """Output chunk k of a reduce-scatter: every rank's input chunk offset + k."""
+    return total(offset + k)
+
+
+def _want_exchanged(k: int, rank: int, block: int, stride: int) -> frozenset:
+    """Output chunk k of an alltoall on ``rank``: block k // block's sender's chunk for ``rank``."""
+    return frozenset(((k // block) * stride + rank * block + k % block,))
+
+
+def _want_broadcast(k: int, root: int, stride: int) -> frozenset:
+    """Output chunk k of a broadcast: the root's input chunk k."""
+    return frozenset((root * stride + k,))
+
+
+def _want_scattered(k: int, root: int, rank: int, size: int, stride: int) -> frozenset:
+    """Output chunk k of a scatter on ``rank``: the root's input chunk rank * size + k."""
+    return frozenset((root * stride + rank * size + k,))
 
 
 def postcondition(program: Program, layouts: list[Layout], buffers: list[dict], stride: int) -> list[str]:
@@ -148,6 +174,9 @@ def _describe(got, want, stride) -> str:
     if isinstance(got, Bad):
         return got.why
     missing, extra = sorted(want - got), sorted(got - want)
-    show = lambda xs: ", ".join(f"r{x // stride}c{x % stride}" for x in xs[:4]) + (" ..." if len(xs) > 4 else "")
+
+    def show(xs: list[int]) -> str:
+        return ", ".join(f"r{x // stride}c{x % stride}" for x in xs[:4]) + (" ..." if len(xs) > 4 else "")
+
     parts = ([f"missing {show(missing)}"] if missing else []) + ([f"unexpected {show(extra)}"] if extra else [])
     return "; ".join(parts)

@@ -167,7 +167,8 @@ def sequence_problems(program: Program, conns) -> list[Problem]:
         name = f"connection {src}->{dst} channel {chan}"
         if len(sends) != len(recvs):
             problems.append(Problem("unmatched", f"{name}: {len(sends)} sends but {len(recvs)} receives "
-                                    "(a receive waits forever or data is left in the FIFO)", rank=src if sends else dst))
+                                    "(a receive waits forever or data is left in the FIFO)",
+                                    rank=src if sends else dst))
         for k, (s, r) in enumerate(zip(sends, recvs)):
             if s[3] != r[3]:
                 tb = program.gpus[dst].threadblocks[r[1]].id

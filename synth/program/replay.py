@@ -29,9 +29,10 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from synth.program.ir import READS_SRC as READS, RECEIVING, SENDING, Program
 from synth.program.buffers import JUDGED, Bad, Layout, initial_buffers, postcondition
 from synth.program.deps import Problem, release, shared_fifos, transfers
+from synth.program.ir import READS_SRC as READS
+from synth.program.ir import RECEIVING, SENDING, Program
 from synth.program.races import RaceDetector
 
 MAX_OPS = 400_000  # chunk-ops of one replay; bigger programs are run once, then not judged
@@ -115,14 +116,16 @@ class _Run:
                 queue.extend(woken)
                 if self.next[b] < len(self.blocks[b][3]) and b not in self.halted:
                     queue.append(b)
-        unfinished = [b for b in range(len(self.blocks)) if self.next[b] < len(self.blocks[b][3]) and b not in self.halted]
+        unfinished = [b for b in range(len(self.blocks))
+                      if self.next[b] < len(self.blocks[b][3]) and b not in self.halted]
         if unfinished:
             shown = []
             for b in unfinished[:4]:
                 rank, _, tb, folded = self.blocks[b]
                 shown.append(f"rank {rank} tb {tb.id} step {folded[self.next[b]].ops[0]} ({self.why(b)})")
             rank, _, tb, folded = self.blocks[unfinished[0]]
-            self.problem("deadlock", f"deadlock: {len(unfinished)} thread block(s) cannot progress; " + "; ".join(shown),
+            self.problem("deadlock",
+                         f"deadlock: {len(unfinished)} thread block(s) cannot progress; " + "; ".join(shown),
                          rank, tb.id, folded[self.next[unfinished[0]]].ops[0])
             return False
         for (src, dst, chan), q in self.queues.items():
@@ -196,7 +199,8 @@ class _Run:
                 return False
             count, incoming, _ = self.queues[(tb.recv, rank, tb.channel)].popleft()
             if count != op.count:
-                self.problem("count-mismatch", f"receives {op.count} chunks but the matching send moved {count}", *where)
+                self.problem("count-mismatch", f"receives {op.count} chunks but the matching send moved {count}",
+                             *where)
                 incoming = (incoming + (Bad("count mismatch"),) * op.count)[:op.count]
         n = op.count
         src = self.read(rank, op.src_buf, op.src_off, n, where) if kind in READS else None
@@ -331,7 +335,8 @@ def replay(program: Program, orders: int = 5, seed: int = 0) -> ReplayResult:
     bad = any(p.severity != "note" for p in problems)
     if not judged:
         verdict = False if any(p.code == "chunks" for p in problems) else None
-        return ReplayResult(verdict, tuple(shown), runs, note or f"{program.collective!r} has no checkable postcondition")
+        return ReplayResult(verdict, tuple(shown), runs,
+                            note or f"{program.collective!r} has no checkable postcondition")
     if note and not bad:
         return ReplayResult(None, tuple(shown), runs, note)
     return ReplayResult(not bad, tuple(shown), runs, note)

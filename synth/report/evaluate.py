@@ -19,10 +19,10 @@ from typing import Any
 
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import make_collective
-from synth.cost import RuntimeTerms, busbw_gbps, cost_rows, parse_size, parse_sizes
 from synth.core.errors import InputError
-from synth.report.candidates import Candidate
 from synth.core.topology import Topology
+from synth.cost import RuntimeTerms, busbw_gbps, cost_rows, parse_size, parse_sizes
+from synth.report.candidates import Candidate
 
 TABLE_SIZES = (1 << 10, 1 << 20, 1 << 30)
 
@@ -232,7 +232,8 @@ def winners(evaluations: list[Evaluation], sizes: list[int], model: list[ModelPo
     return out
 
 
-def shortfalls(evaluations: list[Evaluation], sizes: list[int], model: list[ModelPoint] | None = None) -> list[Shortfall]:
+def shortfalls(evaluations: list[Evaluation], sizes: list[int],
+               model: list[ModelPoint] | None = None) -> list[Shortfall]:
     """Every grid size where the fastest synthesized schedule is slower than what NCCL takes."""
     ours = [e for e in evaluations if e.candidate.synthesized]
     nccl = [e for e in evaluations if e.candidate.nccl]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from synth.cost import format_size
 from synth.core.errors import InputError
+from synth.cost import format_size
 from synth.report.render import LEVEL, SizePoint, compare_text, costing_text, size_points
 
 PLOTS = ("busbw.png", "time.png", "speedup.png")

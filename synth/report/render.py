@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 from synth.cost import format_size
 from synth.exporters.selection import SELECTION_FORMAT
@@ -141,7 +140,8 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
     lines += ["", *reading_notes(costing.get("nccl_model") is not None)]
     lines += ["", "## Schedules", ""]
     head = "| schedule | kind | S | R | C | " + " | ".join(f"time @{format_size(s)} us" for s in TABLE_SIZES)
-    head += f" | busbw @{format_size(TABLE_SIZES[-1])} GB/s | % of bound @{format_size(TABLE_SIZES[-1])} | solve s | file |"
+    head += (f" | busbw @{format_size(TABLE_SIZES[-1])} GB/s | % of bound @{format_size(TABLE_SIZES[-1])} "
+             "| solve s | file |")
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     order = {"smt": 0, "milp": 0, "file": 0, "nccl": 1, "baseline": 2}
     for e in sorted(evaluations, key=lambda e: (order.get(e.candidate.kind, 3), e.candidate.label)):

@@ -68,7 +68,8 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     picks = winners(evaluations, grid, model)
     short = shortfalls(evaluations, grid, model)
     b = lower_bounds(topo, make_collective(collective, topo.ranks))
-    bounds = {"steps": b.steps, "rounds_per_chunk": None if b.rounds_per_chunk is None else str(Fraction(b.rounds_per_chunk)),
+    bounds = {"steps": b.steps,
+              "rounds_per_chunk": None if b.rounds_per_chunk is None else str(Fraction(b.rounds_per_chunk)),
               "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps}
     if terms is not None:
         bounds["runtime_busbw_gbps"] = bound_rows(topo, collective, grid[-1:], terms)[0]["busbw_gbps"]
@@ -166,7 +167,8 @@ def index(root: Path, reports=ALL_REPORTS) -> str:
              "selection.json",
              "and schedules/ (every schedule named in the report; `synth cost` reproduces its numbers).", "",
              "Times are the step model under the runtime terms of the default calibration (docs/cost-model.md), each",
-             "schedule at its best protocol; \"vs NCCL\" is the fastest synthesized schedule against what NCCL takes at",
+             "schedule at its best protocol; \"vs NCCL\" is the fastest synthesized schedule against what NCCL "
+             "takes at",
              "that size: the faster of its schedules under the same terms and the runtime model fitted to measured",
              "nccl-tests runs (> 1: synthesis is faster).", "",
              "| topology | collective | fastest @1K | fastest @1M | fastest @1G | synthesized vs NCCL @1K / 1M / 1G "

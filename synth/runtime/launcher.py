@@ -5,7 +5,8 @@ has torch imported, where the platform has one) and keeps them for as many jobs 
 runs. The parent hosts the TCP store the workers' process group is built on, so the store outlives
 any worker. The parent supervises every job: it collects each rank's per-size report, notices a
 worker that dies or faults (and stops the others after a short grace), and stops every worker when
-none has shown progress (a finished execution) within the timeout plus a grace. After a job that faulted the workers are gone
+none has shown progress (a finished execution) within the timeout plus a grace. After a job that faulted
+the workers are gone
 (a process group that timed out or lost a peer cannot be trusted) and the next job starts a new
 world.
 
@@ -281,7 +282,8 @@ class World:
             first = min(errors)
             fault = f"rank {first} failed: {errors[first]}"
         elif timed_out:
-            fault = fault or f"rank(s) {_ranks(stopped)} did not finish within the {options.timeout:g} s timeout; stopped"
+            fault = fault or (f"rank(s) {_ranks(stopped)} did not finish within the {options.timeout:g} s timeout; "
+                              "stopped")
         broken = bool(dead or errors or timed_out or stopped) or any(r.faulted for rs in by_size.values() for r in rs)
         if fault or stopped or broken:
             self.close()

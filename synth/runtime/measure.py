@@ -5,7 +5,8 @@ executes once with chunk-level tracking, and tells every other rank how it went 
 process group's store, which outlives a broken connection). Only when every rank finished cleanly do
 they all call torch.distributed's own collective on the same input and compare bit for bit; then
 ``warmup`` untimed and ``iters`` timed executions (and, with ``vs_torch``, the same loop of torch's
-collective), each within the timeout. A rank that finds any rank stuck or failed stops: its process group cannot be trusted
+collective), each within the timeout. A rank that finds any rank stuck or failed stops: its process group
+cannot be trusted
 after that, and the caller tears the world down.
 
 >>> chunk_elements(1 << 20, 48, 4)

@@ -4,7 +4,8 @@ The happens-before graph of a Program (synth.program.deps): a thread block's tra
 order, every dependency (the publishing transfer before the waiting one), and on every connection
 the k-th send before the k-th receive. When it is acyclic, walking one topological order of the
 whole graph and keeping each rank's own transfers gives each rank a sequence it can execute in
-one thread: with non-blocking sends (and receives posted no later than they are taken), the transfer at global position p only ever waits for a send
+one thread: with non-blocking sends (and receives posted no later than they are taken), the transfer at
+global position p only ever waits for a send
 at a position < p, which its rank has already posted, so every rank finishes (by induction on p).
 Running the transfers in that order is one of the interleavings the thread blocks could take, so a
 race-free program computes the same result as with a thread per block. None when the graph has a

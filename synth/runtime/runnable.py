@@ -92,7 +92,8 @@ def load_runnable(path: str, inplace: bool | None = None, root: int | None = Non
     from synth.msccl.files import read_program_file
 
     suffix = Path(path).suffix
-    if suffix == ".xml" or (suffix not in (".json", ".gz") and read_bytes(path)[:4096].lstrip()[:1] not in (b"{", b"[")):
+    if suffix == ".xml" or (suffix not in (".json", ".gz")
+                            and read_bytes(path)[:4096].lstrip()[:1] not in (b"{", b"[")):
         return runnable_from_program(read_program_file(path)[0], path, "msccl-xml", inplace, root)
     doc = read_json(path)  # .json, .json.gz (results/ ships big schedules gzipped), or JSON by content
     fmt = doc.get("format") if isinstance(doc, dict) else None

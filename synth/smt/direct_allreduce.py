@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import z3
 
-from synth.smt.encoding import SmtInstance
-from synth.smt.cardinality import neg
 from synth.core.schedule import Schedule, Send, Step
+from synth.smt.cardinality import neg
+from synth.smt.encoding import SmtInstance
 
 
 class DirectAllreduceInstance(SmtInstance):

@@ -32,12 +32,11 @@ from dataclasses import dataclass
 
 import z3
 
-from synth.smt.cardinality import CnfBuilder, neg
 from synth.core.collective import Collective
 from synth.core.schedule import Schedule, Send, SolveResult, Status, Step
 from synth.core.symmetry import Symmetry, interchangeable_chunks
 from synth.core.topology import Topology
-
+from synth.smt.cardinality import CnfBuilder, neg
 
 RLIMIT_START = 2_500_000  # z3 work units of a first try (a split's, a window's): ~0.25 s on small machines
 

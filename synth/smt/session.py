@@ -9,19 +9,26 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from synth.smt import windows
-from synth.smt.clock import Clock
-from synth.smt.encoding import RLIMIT_START, SmtInstance, SmtOptions
-from synth.smt.direct_allreduce import DirectAllreduceInstance
-from synth.bounds.step_lp import HEAD_STEPS, TAIL_STEPS, least_rounds, least_rounds_any_steps, open_splits, split_ruled_out
+from synth.bounds.step_lp import (
+    HEAD_STEPS,
+    TAIL_STEPS,
+    least_rounds,
+    least_rounds_any_steps,
+    open_splits,
+    split_ruled_out,
+)
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.core.planning import not_whole
-from synth.core.transforms import dual_collective, dual_schedule
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.core.symmetry import schedule_invariant, search_symmetries
 from synth.core.topology import Topology
+from synth.core.transforms import dual_collective, dual_schedule
+from synth.smt import windows
+from synth.smt.clock import Clock
+from synth.smt.direct_allreduce import DirectAllreduceInstance
+from synth.smt.encoding import RLIMIT_START, SmtInstance, SmtOptions
 from synth.verify import verify
 
 

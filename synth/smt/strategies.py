@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from synth.smt.encoding import SmtOptions
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import make_collective
-from synth.core.transforms import compose, merge_steps
 from synth.core.schedule import Schedule, SolveResult, Status
-from synth.smt.session import SmtSession, check_schedule
 from synth.core.topology import Topology
+from synth.core.transforms import compose, merge_steps
+from synth.smt.encoding import SmtOptions
+from synth.smt.session import SmtSession, check_schedule
 
 Progress = Callable[[str], None]
 
@@ -470,7 +470,8 @@ def least_steps(
             continue
         result = session.solve(S, S + extra_rounds, chunks, time_limit)
         attempts.append(Attempt(S, S + extra_rounds, chunks, result.status, result.seconds))
-        progress(f"{topology.name} {name} (S={S}, R={S + extra_rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
+        progress(f"{topology.name} {name} (S={S}, R={S + extra_rounds}, C={chunks}): "
+                 f"{result.status.value} {result.seconds:.2f}s")
         if result.status == Status.SOLVED:
             return result, tuple(attempts)
         if result.status != Status.INFEASIBLE:
@@ -519,7 +520,8 @@ def _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress) -> S
     for s1, r1 in splits:
         s2, r2 = steps - s1, rounds - r1
         first = rs.solve(s1, r1, chunks, time_limit)
-        progress(f"{topology.name} reduce_scatter (S={s1}, R={r1}, C={chunks}): {first.status.value} {first.seconds:.2f}s")
+        progress(f"{topology.name} reduce_scatter (S={s1}, R={r1}, C={chunks}): "
+                 f"{first.status.value} {first.seconds:.2f}s")
         if first.status != Status.SOLVED:
             unknown |= first.status != Status.INFEASIBLE
             continue
@@ -594,7 +596,8 @@ def _part_frontiers(topology: Topology, max_chunks: int, time_limit: float | Non
         return rs, ag
     from synth.parallel.pool import Job, run_jobs
 
-    found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job", (topology, part, max_chunks, time_limit, budget))
+    found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job",
+                              (topology, part, max_chunks, time_limit, budget))
                           for part in ("reduce_scatter", "allgather")], workers=jobs)
     for outcome in found_two:
         if not outcome.ok:
@@ -634,7 +637,8 @@ def _sum_ratio(a: dict, b: dict) -> str | None:
 def _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress):
     """Least-steps reduce_scatter then least-steps allgather (each with half the extra rounds)."""
     first_extra = extra_rounds // 2
-    rs, rs_attempts = least_steps(topology, "reduce_scatter", None, chunks, first_extra, max_steps, time_limit, progress)
+    rs, rs_attempts = least_steps(topology, "reduce_scatter", None, chunks, first_extra, max_steps, time_limit,
+                                  progress)
     if rs.schedule is None:
         return rs, rs_attempts
     ag, ag_attempts = least_steps(topology, "allgather", None, chunks, extra_rounds - first_extra, max_steps,

@@ -19,7 +19,6 @@ from synth.core.collectives import allgather, alltoall, alltoallv
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.verify import verify
-
 from tests.baselines.test_trees import TOPOLOGIES, hand_dgx1
 
 SPECS = TOPOLOGIES + ["full:7", "ring:5"]

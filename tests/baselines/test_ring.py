@@ -17,7 +17,6 @@ from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.topology import Group, Link, Topology
 from synth.verify import verify
-
 from tests.schedule_strategies import topologies
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
@@ -208,8 +207,8 @@ def test_phases_to_steps_held_gives_a_tree_on_a_star():
 def test_fastest_baseline_is_the_minimum_over_applicable_ones():
     from synth.baselines import fastest_baseline, registry
     from synth.baselines.common import BaselineNotApplicable
-    from synth.cost import step_time_us
     from synth.core.library import resolve_topology
+    from synth.cost import step_time_us
 
     topo = resolve_topology("dgx1")
     name, took = fastest_baseline(topo, "allgather", 1 << 20)

@@ -11,20 +11,19 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from synth import baselines
+from synth.baselines import BaselineNotApplicable
 from synth.bounds.lower_bounds import Bounds, lower_bounds
 from synth.bounds.steps import steps_bound
 from synth.core.collectives import allgather, allreduce, alltoall, broadcast, gather, reduce, reduce_scatter
-from synth.cost import step_time_us
 from synth.core.errors import CollectiveError
 from synth.core.io import read_json
 from synth.core.library import resolve_topology
-from synth.core.transforms import dual_collective
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Group, Link, Topology
+from synth.core.transforms import dual_collective
+from synth.cost import step_time_us
 from synth.verify import verify
-from synth import baselines
-from synth.baselines import BaselineNotApplicable
-
 from tests.schedule_strategies import valid_schedules
 
 DATA = Path(__file__).parents[1] / "data"
@@ -243,7 +242,8 @@ def _check_valid_schedule(schedule: Schedule) -> None:
     for size in (1, 4096, MIB, 1 << 30):
         assert proven.time_us(size) <= step_time_us(schedule, size) * (1 + 1e-9)
     if proven.rounds_per_chunk is not None and schedule.total_rounds is not None:
-        assert schedule.total_rounds / schedule.collective.chunks_per_rank >= proven.rounds_per_chunk - Fraction(1, 10**6)
+        assert (schedule.total_rounds / schedule.collective.chunks_per_rank
+                >= proven.rounds_per_chunk - Fraction(1, 10**6))
 
 
 @pytest.mark.parametrize("name", ["schedule-uring4-allgather-ring.json", "schedule-uring4-allreduce-ring.json"])
@@ -329,8 +329,8 @@ def test_latency_floor_counts_the_nic_alpha_every_crossing_pays():
     from synth.baselines.common import BaselineNotApplicable
     from synth.bounds.steps import latency_floor
     from synth.core.collectives import make_collective
-    from synth.cost import step_time_us
     from synth.core.library import resolve_topology
+    from synth.cost import step_time_us
 
     topo = resolve_topology("dgx2x2")
     coll = make_collective("allgather", topo.ranks)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synth.bounds import step_lp
 from synth.bounds.step_lp import StepRelaxation, class_symmetry, compositions, least_rounds, step_rounds_bound
@@ -86,8 +87,10 @@ def test_whole_rounds_raise_the_floor_and_the_solver_agrees():
     assert found.status.value == "solved" and found.schedule.total_rounds == 11
 
 
-@pytest.mark.parametrize("topo_name,name,steps,chunks", [("ring:4", "allgather", 3, 2), ("dgx1", "allgather", 2, 2),
-                                                          ("hypercube:3", "alltoall", 3, 1), ("ring:5", "broadcast", 3, 3)])
+@pytest.mark.parametrize("topo_name,name,steps,chunks", [("ring:4", "allgather", 3, 2),
+                                                          ("dgx1", "allgather", 2, 2),
+                                                          ("hypercube:3", "alltoall", 3, 1),
+                                                          ("ring:5", "broadcast", 3, 3)])
 def test_the_floor_is_never_above_what_the_solver_finds(topo_name, name, steps, chunks):
     topo = resolve_topology(topo_name)
     session = SmtSession(topo, name, 0 if name == "broadcast" else None)

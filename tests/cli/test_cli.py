@@ -15,7 +15,6 @@ from synth.core.io import load_schedule
 from synth.core.library import library_names, resolve_topology
 from synth.core.topology import Topology
 from synth.verify import verify
-
 from tests.test_cost import SHARED_EXAMPLES
 from tests.test_verify import DATA
 

@@ -100,7 +100,8 @@ def test_pareto_allreduce_is_judged_against_the_composition_bound(tmp_path, caps
     assert "bounds: steps >= 2, rounds/chunk >= 7/3 (reduce_scatter + allgather composition bound" in out
     assert "frontier complete (no attempt timed out; best rounds/chunk 7/3 meets the bound 7/3)" in out
     assert out.count("S = steps, R = rounds") == 1
-    assert json.loads((tmp_path / "fr" / "frontier.json").read_text())["bounds"]["composition_rounds_per_chunk"] == "7/3"
+    assert (json.loads((tmp_path / "fr" / "frontier.json").read_text())["bounds"]["composition_rounds_per_chunk"]
+            == "7/3")
 
 
 def test_pareto_says_when_the_best_point_is_above_the_bound(tmp_path, capsys):

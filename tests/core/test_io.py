@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synth.core.errors import InputError, InvalidScheduleError, ScheduleFormatError
 from synth.core.io import load_schedule, read_json, save_schedule, write_text_atomic
-
 from tests.test_verify import DATA
 
 
@@ -86,8 +87,6 @@ def test_gzip_name_on_plain_text_is_one_clear_error(tmp_path):
 
 
 # ---------------------------------------------------------------- the fast schedule writer
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
 _send = st.fixed_dictionaries({"chunk": st.integers(-3, 10 ** 6), "src": st.integers(0, 4096),
                                "dst": st.integers(0, 4096), "op": st.sampled_from(["copy", "reduce", 'q"\\'])})
 _odd_send = st.dictionaries(st.sampled_from(["chunk", "src", "op", "x"]), st.one_of(st.integers(), st.text(max_size=3)))

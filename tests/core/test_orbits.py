@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
@@ -10,9 +11,10 @@ from synth.core.library import resolve_topology
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.cost import simulate_us, step_loads
+from synth.milp.orbit_cost import simulate_us as orbit_simulate_us
+from synth.milp.orbit_cost import step_loads as orbit_step_loads
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.sketch import default_sketch
-from synth.milp.orbit_cost import simulate_us as orbit_simulate_us, step_loads as orbit_step_loads
 from synth.verify import verify
 
 
@@ -66,7 +68,8 @@ def test_costs_of_the_representatives_are_the_full_schedules(case, seed, size):
     rep = _random_valid_rep(q, np.random.default_rng(seed))
     full = q.expand(rep)
     assert verify(rep) == []
-    assert orbit_step_loads(q, rep).step_times_us(size) == pytest.approx(step_loads(full).step_times_us(size), rel=1e-12)
+    assert orbit_step_loads(q, rep).step_times_us(size) == pytest.approx(step_loads(full).step_times_us(size),
+                                                                         rel=1e-12)
     assert orbit_step_loads(q, rep).best(size)[1] == pytest.approx(step_loads(full).best(size)[1], rel=1e-12)
     assert orbit_simulate_us(q, rep, size) == pytest.approx(simulate_us(full, size), rel=1e-12)
     assert q.rep_schedule(full).steps == rep.steps

@@ -31,7 +31,8 @@ def test_the_view_has_whole_capacities_and_the_same_rates(rates, group_rate):
     assert view.rounds_apply
     assert [(l.key, l.bandwidth, l.alpha, l.kind) for l in view.links] == \
         [(l.key, l.bandwidth, l.alpha, l.kind) for l in topo.links]
-    assert [(g.name, g.links, g.bandwidth) for g in view.groups] == [(g.name, g.links, g.bandwidth) for g in topo.groups]
+    assert [(g.name, g.links, g.bandwidth) for g in view.groups] == \
+        [(g.name, g.links, g.bandwidth) for g in topo.groups]
     if topo.rounds_apply:
         assert view is topo
 

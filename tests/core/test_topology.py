@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from synth.core.errors import TopologyError
 from synth.core.io import read_json
 from synth.core.topology import Group, Link, Topology
-
 from tests.schedule_strategies import topologies
 from tests.test_verify import DATA
 
@@ -36,7 +35,8 @@ def test_example_topology_loads():
         ({"version": 2}, "unsupported synth.topology version 2"),
         ({"ranks": 0}, "positive integer"),
         ({"links": [{"src": 0, "dst": 0, "bandwidth": 25.0}]}, "self-loop"),
-        ({"links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 0, "dst": 1, "bandwidth": 25.0}]}, "duplicate link 0->1"),
+        ({"links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 0, "dst": 1, "bandwidth": 25.0}]},
+         "duplicate link 0->1"),
         ({"links": [{"src": 0, "dst": 9, "bandwidth": 25.0}]}, "out of range"),
         ({"links": [{"src": 0, "dst": 1, "bandwidth": 0}]}, "positive number"),
         ({"links": [{"src": 0, "dst": 1, "bandwidth": -5}]}, "positive number"),
@@ -92,7 +92,8 @@ def test_a_file_without_kinds_writes_back_identically():
 
 
 def test_unknown_kind_in_the_constructor_names_the_link():
-    with pytest.raises(TopologyError, match=r"^topology 't': link 1->0: kind must be one of nvlink, xgmi, pcie, net, got 'wire'$"):
+    with pytest.raises(TopologyError,
+                       match=r"^topology 't': link 1->0: kind must be one of nvlink, xgmi, pcie, net, got 'wire'$"):
         Topology("t", 2, (Link(0, 1, 25.0, kind="net"), Link(1, 0, 25.0, kind="wire")))
 
 

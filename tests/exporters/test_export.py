@@ -23,14 +23,20 @@ from hypothesis import strategies as st
 from synth.baselines import registry
 from synth.cli.export import add_export_parser
 from synth.core.errors import InputError, SynthError
-from synth.exporters import EXPORTERS
-from synth.exporters.msccl_xml import LEGACY_MAX_BYTES, LEGACY_MAX_BYTES_SCRATCH, program_to_xml
-from synth.program.document import (load_program, program_from_dict, program_from_json, program_schema,
-                                          program_to_dict, program_to_json)
 from synth.core.io import save_schedule
 from synth.core.library import resolve_topology
+from synth.exporters import EXPORTERS
+from synth.exporters.msccl_xml import LEGACY_MAX_BYTES, LEGACY_MAX_BYTES_SCRATCH, program_to_xml
 from synth.lower.lowering import LoweringOptions, lower
 from synth.msccl.profiles import PROFILES
+from synth.program.document import (
+    load_program,
+    program_from_dict,
+    program_from_json,
+    program_schema,
+    program_to_dict,
+    program_to_json,
+)
 from synth.program.ir import BUFFERS, OP_TYPES, PROTOCOLS, Op, Program, RankProgram, Threadblock, with_threadblock
 from tests.lower.test_lowering import check_structure, replay
 
@@ -86,7 +92,8 @@ def test_golden_program_json(case):
 
 
 # ---------------------------------------------------------------------- XML shape
-_LINE = re.compile(r'^(?P<indent>(  )*)<(?P<close>/)?(?P<tag>algo|gpu|tb|step)(?P<attrs>( [A-Za-z_]+="[^"<>&]*")*)(?P<end>/?)>$')
+_LINE = re.compile(r'^(?P<indent>(  )*)<(?P<close>/)?(?P<tag>algo|gpu|tb|step)'
+                   r'(?P<attrs>( [A-Za-z_]+="[^"<>&]*")*)(?P<end>/?)>$')
 _DEPTH = {"algo": 0, "gpu": 1, "tb": 2, "step": 3}
 
 
@@ -114,7 +121,8 @@ def check_xml_shape(text: str) -> None:
             step_position = 0
         if tag == "step":
             fields = dict(attrs)
-            assert list(fields) == ["s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep"]
+            assert list(fields) == ["s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps",
+                                    "hasdep"]
             assert fields["s"] == str(step_position) and fields["type"] != "ra"
             step_position += 1
 
@@ -307,7 +315,8 @@ _ops = st.builds(Op, st.sampled_from(OP_TYPES), st.sampled_from(BUFFERS), _ints,
 _tbs = st.builds(Threadblock, st.integers(0, 300), st.integers(-1, 8), st.integers(-1, 8), st.integers(0, 40),
                  st.lists(_ops, max_size=5).map(tuple))
 _json = st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=5),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     lambda inner: (st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=4), inner, max_size=3)),
                      max_leaves=6)
 
 

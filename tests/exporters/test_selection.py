@@ -13,8 +13,15 @@ from synth.core.errors import InputError
 from synth.core.io import folder_problem, write_folder_atomic
 from synth.core.library import resolve_topology
 from synth.exporters.msccl_xml import program_to_xml
-from synth.exporters.selection import (export_selection, file_name, gaps, is_export_name, is_selection,
-                                       parse_selection, program_name)
+from synth.exporters.selection import (
+    export_selection,
+    file_name,
+    gaps,
+    is_export_name,
+    is_selection,
+    parse_selection,
+    program_name,
+)
 from synth.lower.lowering import NAME_RE, LoweringOptions, lower
 from synth.program.ir import PROTOCOLS, msccl_protocol
 

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from synth.bounds.lower_bounds import lower_bounds
-from synth.cost import step_time_us
 from synth.core.library import resolve_topology
+from synth.cost import step_time_us
 from synth.greedy.pipeline import pipelined
 from synth.verify import verify
 

@@ -37,7 +37,9 @@ def test_nvlink_islands_are_joined_over_pcie_only():
 
 
 def test_a_switch_board_and_a_mesh():
-    every = lambda n, k: {(i, j): GpuPath("nvlink", links=k) for i in range(n) for j in range(i + 1, n)}
+    def every(n, k):
+        return {(i, j): GpuPath("nvlink", links=k) for i in range(n) for j in range(i + 1, n)}
+
     board = build_topology(MachineDescription("test", 8, every(8, 18)), "b", "b.txt", gpu="b200")
     assert {g.bandwidth for g in board.groups} == {900.0} and len(board.groups) == 16
     mesh = build_topology(MachineDescription("test", 4, every(4, 4)), "m", "m.txt", gpu="a100")

@@ -148,9 +148,12 @@ def _broken(name: str, edit) -> str:
 
 BAD = {
     "truncated-matrix": ("nvsmi-h100-sglang-8nic-1.txt", lambda t: "\n".join(t.splitlines()[:5]) + "\n", "GPU"),
-    "missing-column": ("nvsmi-dgx1-v100-microway-1.txt", lambda t: t.replace("GPU3\tNV2\tNV1\tNV2\t X \t", "GPU3\tNV2\tNV1\t X \t", 1), "GPU3"),
-    "unknown-code": ("nvsmi-dgx1-v100-microway-1.txt", lambda t: t.replace("GPU2\tNV1\tNV2", "GPU2\tNVX\tNV2", 1), "NVX"),
-    "asymmetric": ("nvsmi-dgx1-v100-microway-1.txt", lambda t: t.replace("GPU1\tNV1\t X ", "GPU1\tNV2\t X ", 1), "asymmetric"),
+    "missing-column": ("nvsmi-dgx1-v100-microway-1.txt",
+                       lambda t: t.replace("GPU3\tNV2\tNV1\tNV2\t X \t", "GPU3\tNV2\tNV1\t X \t", 1), "GPU3"),
+    "unknown-code": ("nvsmi-dgx1-v100-microway-1.txt",
+                     lambda t: t.replace("GPU2\tNV1\tNV2", "GPU2\tNVX\tNV2", 1), "NVX"),
+    "asymmetric": ("nvsmi-dgx1-v100-microway-1.txt",
+                   lambda t: t.replace("GPU1\tNV1\t X ", "GPU1\tNV2\t X ", 1), "asymmetric"),
     "xml-not-well-formed": ("nccl-topo-h100-ibmcloud-vsi-1.xml", lambda t: t[: len(t) // 2], "line"),
 }
 

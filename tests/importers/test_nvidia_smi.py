@@ -411,7 +411,8 @@ def test_asymmetric_nvlink_entry(sample):
 def test_nvlink_versus_pcie_asymmetry(sample):
     text = edit_cell(sample("nvsmi-dgx1-v100-microway-1.txt"), "GPU0", 6, "NV1")
     fails(text, "rows GPU0/GPU5: asymmetric entry: GPU0->GPU5 is NV1 but GPU5->GPU0 is SYS")
-    fails(edit_cell(SMALL, "GPU2", 1, "PHB"), "rows GPU0/GPU2: asymmetric entry: GPU0->GPU2 is SYS but GPU2->GPU0 is PHB")
+    fails(edit_cell(SMALL, "GPU2", 1, "PHB"),
+          "rows GPU0/GPU2: asymmetric entry: GPU0->GPU2 is SYS but GPU2->GPU0 is PHB")
 
 
 def test_duplicate_row_and_misordered_header():

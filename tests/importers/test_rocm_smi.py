@@ -175,9 +175,15 @@ def machines(draw):
 
 def render(draw, n, kinds, numa) -> str:
     """rocm-smi-like text with random ruler widths, cell padding (spaces/tabs) and line endings."""
-    gap = lambda: draw(st.sampled_from([" ", "  ", "\t", " \t ", "            "]))
-    ruler = lambda title: "=" * draw(st.integers(3, 60)) + f" {title} " + "=" * draw(st.integers(3, 60))
-    cell = lambda i, j: "0" if i == j else kinds[(min(i, j), max(i, j))]
+    def gap():
+        return draw(st.sampled_from([" ", "  ", "\t", " \t ", "            "]))
+
+    def ruler(title):
+        return "=" * draw(st.integers(3, 60)) + f" {title} " + "=" * draw(st.integers(3, 60))
+
+    def cell(i, j):
+        return "0" if i == j else kinds[(min(i, j), max(i, j))]
+
     lines = ["", ruler("ROCm System Management Interface"), "", ruler("Link Type between two GPUs"),
              gap() + gap().join(f"GPU{j}" for j in range(n)) + gap()]
     lines += [f"GPU{i}" + gap() + gap().join(cell(i, j) for j in range(n)) + draw(st.sampled_from(["", "  "]))

@@ -16,11 +16,11 @@ from synth.baselines import BaselineNotApplicable, registry
 from synth.core.collectives import allgather, allreduce, alltoall, broadcast
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
+from synth.core.schedule import Schedule, Send, Step
+from synth.core.topology import Link, Topology
 from synth.lower.lowering import LoweringOptions, buffer_layout, lower
 from synth.msccl.profiles import MAX_COUNT, MAX_DEP_TB, PROFILES
 from synth.program.ir import READS_SRC, WRITES_DST, Program
-from synth.core.schedule import Schedule, Send, Step
-from synth.core.topology import Link, Topology
 from synth.verify import verify
 
 TOPOLOGIES = ("dgx1", "ndv2x2", "ring:8")
@@ -110,7 +110,8 @@ def replay(program: Program, collective, fifo: int | None = None, seed: int | No
             if write:
                 for reader in reads_since[key]:
                     if not ordered(thread, reader):
-                        raise ReplayError(f"race on rank {rank} {buf}[{slot}]: tb {thread[1]} overwrites a read by tb {reader[0][1]}")
+                        raise ReplayError(f"race on rank {rank} {buf}[{slot}]: tb {thread[1]} "
+                                          f"overwrites a read by tb {reader[0][1]}")
                 last_write[key], reads_since[key] = stamp, []
             else:
                 reads_since[key].append(stamp)

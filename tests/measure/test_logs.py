@@ -315,7 +315,8 @@ def test_header_without_rows_is_skipped_and_starting_plus_header_is_one_run():
 
 def test_what_is_printed_between_tables_belongs_to_the_second():
     text = ("$ mpirun -np 2 ./build/broadcast_perf -g 4\n"
-            "# nccl-tests version 2.13.8 nccl-headers=2708 nccl-library=2708\n# nThread 1 nGpus 4\n" + HEADER13 + _table(8)
+            "# nccl-tests version 2.13.8 nccl-headers=2708 nccl-library=2708\n# nThread 1 nGpus 4\n"
+            + HEADER13 + _table(8)
             + "$ mpirun -np 3 ./build/alltoall_perf -g 1\n"
             + "host:1:1 [0] NCCL INFO NCCL version 2.18.3+cuda12.2\n" + HEADER13 + _table(8))
     one, two = parse_runs(text, "f")

@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synth.cli.main import main
 from synth.core.errors import InputError
@@ -146,7 +147,8 @@ def test_doctor_flags_the_unhealthy_two_dgx_h100_run():
 def test_doctor_says_a_healthy_run_is_as_expected_at_large_sizes(capsys):
     assert main(["doctor", str(LOGS / "h100-8gpu-allreduce-1.txt"), "--topology", "h100", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["rows"]) == 31 and {"size_bytes", "measured_us", "expected_us", "choice", "bound_us"} <= set(doc["rows"][0])
+    assert len(doc["rows"]) == 31 and \
+        {"size_bytes", "measured_us", "expected_us", "choice", "bound_us"} <= set(doc["rows"][0])
     assert doc["regions"][-1]["verdict"] == "as expected" and doc["regions"][-1]["last_bytes"] == 8 * 2**30
     assert all(r["bound_us"] <= r["measured_us"] for r in doc["rows"])
 

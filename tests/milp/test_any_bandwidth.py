@@ -9,10 +9,10 @@ import pytest
 from synth.baselines import registry
 from synth.bounds.lower_bounds import lower_bounds
 from synth.cli.main import main
+from synth.core.errors import InputError
 from synth.core.io import load_schedule, write_json_atomic
 from synth.core.topology import Group, Link, Topology
 from synth.cost import step_time_us
-from synth.core.errors import InputError
 from synth.greedy.pipeline import pipelined
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
@@ -29,7 +29,8 @@ def pcie_box(ranks: int = 4) -> Topology:
     links = tuple(Link(i, j, PCIE_GBS, 1.2, kind="pcie") for i in range(ranks) for j in range(ranks) if i != j)
     groups = [Group(f"gpu{r}-pcie-{way}", tuple((r, j) if way == "out" else (j, r) for j in range(ranks) if j != r),
                     PCIE_GBS) for r in range(ranks) for way in ("out", "in")]
-    for a, b, name in ((range(half), range(half, ranks), "cpu0-to-cpu1"), (range(half, ranks), range(half), "cpu1-to-cpu0")):
+    for a, b, name in ((range(half), range(half, ranks), "cpu0-to-cpu1"),
+                       (range(half, ranks), range(half), "cpu1-to-cpu0")):
         groups.append(Group(name, tuple((i, j) for i in a for j in b), QPI_GBS))
     return Topology("pcie-box", ranks, links, tuple(groups), machines=(tuple(range(ranks)),))
 

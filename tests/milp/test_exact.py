@@ -7,9 +7,9 @@ import pytest
 from synth.baselines import registry
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import make_collective
-from synth.cost import step_time_us
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
+from synth.cost import step_time_us
 from synth.milp.exact import CUTS, best_exact, count_binaries, exact_schedule
 from synth.verify import verify
 
@@ -134,8 +134,8 @@ def test_bad_arguments_are_one_line_errors():
 
 def test_exact_with_a_rotation_is_invariant_under_it():
     from synth.core.library import resolve_topology
-    from synth.milp.sketch import default_sketch
     from synth.core.symmetry import chunk_permutation
+    from synth.milp.sketch import default_sketch
 
     topo = resolve_topology("ndv2")
     perm = default_sketch(topo)[0].rank_rotation(topo)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from synth.core.library import resolve_topology
 from synth.cost import best_protocol
 from synth.milp.hoist import hoist_sends
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
-from synth.core.library import resolve_topology
 from synth.verify import verify
 from tests.schedule_strategies import valid_schedules
 

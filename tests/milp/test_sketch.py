@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
-from synth.milp.sketch import (SKETCH_SCHEMA, Intra, Relay, Rotation, Sketch, default_sketch, load_sketch,
-                          parse_sketch)
 from synth.core.symmetry import _is_automorphism
 from synth.core.topology import Link, Topology
+from synth.milp.sketch import SKETCH_SCHEMA, Intra, Relay, Rotation, Sketch, default_sketch, load_sketch, parse_sketch
 
 HEAD = {"format": "synth.sketch", "version": 1}
 
@@ -256,7 +255,10 @@ def _offsets(name: str) -> list[tuple[int, int]]:
     """(machines, gpus) offsets whose rotation is an automorphism of topology ``name``."""
     t = topo(name)
     size = t.ranks // t.machine_count
-    rotation = lambda k, g: Sketch(symmetry=Rotation(k, g)).rank_rotation(t) or tuple(range(t.ranks))
+
+    def rotation(k, g):
+        return Sketch(symmetry=Rotation(k, g)).rank_rotation(t) or tuple(range(t.ranks))
+
     return [(k, g) for k in range(t.machine_count) for g in range(size) if _is_automorphism(t, rotation(k, g))]
 
 

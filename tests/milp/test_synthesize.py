@@ -8,19 +8,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from synth.lp import solver as milp_backend
-from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus
 from synth.bounds.lower_bounds import lower_bounds
 from synth.cli.main import main
 from synth.core.collectives import make_collective
-from synth.cost import step_time_us
 from synth.core.errors import InputError
 from synth.core.generators import full, ring
 from synth.core.library import resolve_topology
+from synth.cost import step_time_us
+from synth.lp import solver as milp_backend
+from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.routing import route
-from synth.milp.synthesize import synthesize
 from synth.milp.sketch import default_sketch, parse_sketch
+from synth.milp.synthesize import synthesize
 from synth.verify import verify
 
 SOLVERS = milp_backend.available_solvers()
@@ -195,7 +195,8 @@ def test_cli_solve_milp_writes_a_verified_schedule(tmp_path, capsys):
     assert main(["solve", "ndv2x2", "allgather", "--backend", "milp", "--chunks", "2", "--size", "1M",
                  "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    for stage in ("sketch: derived default", "routing (allgather)", "ordering (allgather)", "timing:", "% of the bound"):
+    for stage in ("sketch: derived default", "routing (allgather)", "ordering (allgather)", "timing:",
+                  "% of the bound"):
         assert stage in err
     assert main(["verify", str(out)]) == 0
 

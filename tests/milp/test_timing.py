@@ -12,16 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synth.core.schedule import rounds_needed
 from synth.core.collective import Collective
 from synth.core.collectives import allgather, broadcast, reduce
-from synth.cost import simulate_us, step_time_us, step_times_us
 from synth.core.errors import InputError, InvalidScheduleError
-from synth.milp.timing import TimingReport, merge_starts, merge_steps, timing_report
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.core.topology import Group, Link, Topology
+from synth.cost import simulate_us, step_time_us, step_times_us
+from synth.milp.timing import TimingReport, merge_starts, merge_steps, timing_report
 from synth.verify import verify
-
 from tests.schedule_strategies import valid_schedules
 
 REL = 1e-9
@@ -208,7 +206,8 @@ def test_rounds_none_and_empty_steps():
     nothing = Collective("noop", 2, False, ({0},), ({0},), 1)
     empty = Schedule(mesh(2), nothing, (), {"synthesizer": "test"})
     out = merge_steps(empty, 1 << 20)
-    assert out.steps == () and out.meta == {"synthesizer": "test", "timing": {"merged_from": 0, "steps": 0, "size": 1 << 20}}
+    assert out.steps == () and out.meta == {"synthesizer": "test",
+                                            "timing": {"merged_from": 0, "steps": 0, "size": 1 << 20}}
 
 
 def test_bad_arguments_and_invalid_input():

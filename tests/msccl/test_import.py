@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.cli.common import Parser as _Parser
 from synth.cli.check import add_check_parser
+from synth.cli.common import Parser as _Parser
 from synth.core.errors import InputError
-from synth.program import document as program_json
 from synth.msccl.load_rules import PROFILES, check_profile, check_program, ok
 from synth.msccl.xml_reader import read_xml, read_xml_file, strtol
+from synth.program import document as program_json
 from synth.program.ir import BUFFERS, OP_TYPES, Op, Program, RankProgram, Threadblock, with_threadblock
 from synth.program.replay import replay
 
@@ -22,7 +22,8 @@ from synth.program.replay import replay
 # ---------------------------------------------------------------------- a tiny writer (section 2 shape)
 def write_xml(p: Program, coll: str | None = None, algo_extra: str = "") -> str:
     """Exactly the shape of msccl-format.md section 2: all attributes on one line, double quotes."""
-    lines = [f'<algo name="{p.name}" proto="{p.protocol}" nchannels="{p.channels}" nchunksperloop="{p.chunks_per_loop}" '
+    lines = [f'<algo name="{p.name}" proto="{p.protocol}" nchannels="{p.channels}" '
+             f'nchunksperloop="{p.chunks_per_loop}" '
              f'ngpus="{p.ranks}" coll="{coll or p.collective}" inplace="{int(p.inplace)}" '
              f'outofplace="{int(p.outofplace)}" minBytes="{p.min_bytes}" maxBytes="{p.max_bytes or 0}"{algo_extra}>']
     for g in p.gpus:
@@ -206,7 +207,8 @@ RULES = [  # (what, edit of BASE, code, severity, profiles where it shows)
     ("reducescatter spelling", _edit('coll="allgather"', 'coll="reducescatter"'), "collective", "rejects", ("legacy",)),
     ("reduce_scatter spelling", _edit('coll="allgather"', 'coll="reduce_scatter"'), "collective", "rejects",
      ("executor", "rccl")),
-    ("custom is legacy only", _edit('coll="allgather"', 'coll="custom"'), "collective", "rejects", ("executor", "rccl")),
+    ("custom is legacy only", _edit('coll="allgather"', 'coll="custom"'), "collective", "rejects",
+     ("executor", "rccl")),
     ("unknown collective", _edit('coll="allgather"', 'coll="allgathr"'), "collective", "rejects",
      ("legacy", "executor", "rccl")),
     ("ngpus without a gpu", _edit('ngpus="2"', 'ngpus="3"'), "no-blocks", "misbehaves", ("legacy", "executor", "rccl")),
@@ -225,9 +227,11 @@ RULES = [  # (what, edit of BASE, code, severity, profiles where it shows)
     ("elements per rank", _program(lambda p: _many_blocks(_many_nops(p, 200), 4000)), "elements", "rejects",
      ("legacy", "executor", "rccl")),
     ("s is not the position", _edit('<step s="1"', '<step s="5"'), "step-number", "misbehaves", ("legacy",)),
-    ("s beyond the limit", _edit('<step s="1"', '<step s="300"'), "step-limit", "rejects", ("legacy", "executor", "rccl")),
+    ("s beyond the limit", _edit('<step s="1"', '<step s="300"'), "step-limit", "rejects",
+     ("legacy", "executor", "rccl")),
     ("unknown type", _program(lambda p: with_op(p, 0, 1, 0, type="copy")), "step-type", "rejects", ("legacy",)),
-    ("ra on executor", _program(lambda p: with_op(p, 0, 1, 0, type="ra")), "step-type", "rejects", ("executor", "rccl")),
+    ("ra on executor", _program(lambda p: with_op(p, 0, 1, 0, type="ra")), "step-type", "rejects",
+     ("executor", "rccl")),
     ("ra on legacy hangs", _program(lambda p: with_op(p, 0, 1, 0, type="ra")), "step-type", "misbehaves", ("legacy",)),
     ("buffer letter", _program(lambda p: with_op(p, 0, 1, 0, dst_buf="x")), "buffer", "rejects", ("legacy",)),
     ("offset the parser checks", _program(lambda p: with_op(p, 0, 0, 0, src_off=5)), "offset", "rejects", ("legacy",)),
@@ -294,7 +298,8 @@ def _codes(result) -> set[str]:
 
 def test_replay_catches_a_deadlock():
     p = allgather2()
-    p = with_tb(with_tb(p, 0, 0, ops=p.gpus[0].threadblocks[0].ops[::-1]), 1, 0, ops=p.gpus[1].threadblocks[0].ops[::-1])
+    p = with_tb(with_tb(p, 0, 0, ops=p.gpus[0].threadblocks[0].ops[::-1]), 1, 0,
+                ops=p.gpus[1].threadblocks[0].ops[::-1])
     result = replay(p)
     assert result.correct is False and "deadlock" in _codes(result)
 
@@ -398,7 +403,8 @@ def programs(draw):
                            draw(st.integers(-1, k - 1)), draw(small), draw(st.booleans()))
                         for _ in range(draw(st.integers(0, 5))))
             tbs.append(Threadblock(t, draw(peer), draw(peer), draw(st.integers(0, channels - 1)), ops))
-        gpus.append(RankProgram(r, draw(st.integers(0, 9)), draw(st.integers(0, 9)), draw(st.integers(0, 9)), tuple(tbs)))
+        gpus.append(RankProgram(r, draw(st.integers(0, 9)), draw(st.integers(0, 9)), draw(st.integers(0, 9)),
+                                tuple(tbs)))
     inplace = draw(st.booleans())
     return Program(draw(st.text("abcxyz_-0123456789", min_size=1, max_size=12)),
                    draw(st.sampled_from(["allreduce", "allgather", "reduce_scatter", "alltoall", "custom"])),
@@ -457,7 +463,8 @@ def test_cli_check_bad_input(tmp_path):
 
 def test_cli_check_reports_a_deadlocked_file(tmp_path, capsys):
     p = allgather2()
-    p = with_tb(with_tb(p, 0, 0, ops=p.gpus[0].threadblocks[0].ops[::-1]), 1, 0, ops=p.gpus[1].threadblocks[0].ops[::-1])
+    p = with_tb(with_tb(p, 0, 0, ops=p.gpus[0].threadblocks[0].ops[::-1]), 1, 0,
+                ops=p.gpus[1].threadblocks[0].ops[::-1])
     path = tmp_path / "dead.xml"
     path.write_text(write_xml(p))
     assert _cli(["check", str(path)]) == 4
@@ -466,7 +473,8 @@ def test_cli_check_reports_a_deadlocked_file(tmp_path, capsys):
 
 
 
-_EDIT = st.tuples(st.integers(0, len(BASE)), st.integers(0, 12), st.text("<>/=\"'\t\n -!?0123456789abgipsotx", max_size=6))
+_EDIT = st.tuples(st.integers(0, len(BASE)), st.integers(0, 12),
+                  st.text("<>/=\"'\t\n -!?0123456789abgipsotx", max_size=6))
 
 
 @settings(max_examples=150, deadline=None)

@@ -47,7 +47,8 @@ def test_verdict_names_each_size_faster_level_or_slower():
 def test_verdict_without_nccl_or_table_sizes():
     assert "no NCCL schedule" in verdict("t", "alltoall", [_point(1 << 10, None)], "default")
     line = verdict("t", "allgather", [_point(4096, 2.0), _point(8192, 0.5)], "mine.json")
-    assert line == "t allgather: synth's selection is 2.00x faster than NCCL at 4K, 2.00x slower at 8K (calibration mine.json)"
+    assert line == ("t allgather: synth's selection is 2.00x faster than NCCL at 4K, 2.00x slower at 8K "
+                    "(calibration mine.json)")
 
 
 def test_verdict_of_a_small_report_follows_its_rows(small):
@@ -62,7 +63,8 @@ def test_verdict_of_a_small_report_follows_its_rows(small):
             f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower")
         assert doc["per_size"][i]["nccl_speedup"] == pytest.approx(ratio)
     line = doc["verdict"]
-    assert line.startswith(f"{doc['topology']} allgather: synth's selection is ") and line.endswith("(default calibration)")
+    assert line.startswith(f"{doc['topology']} allgather: synth's selection is ") and \
+        line.endswith("(default calibration)")
     for size, name in ((1 << 10, "1K"), (1 << 20, "1M"), (1 << 30, "1G")):
         assert re.search(rf"{re.escape(words[size])}( than NCCL| with NCCL)? at {name}\b", line), (words[size], line)
     text = (out / "report.md").read_text().splitlines()

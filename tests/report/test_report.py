@@ -10,8 +10,8 @@ import pytest
 from synth.bounds.lower_bounds import lower_bounds
 from synth.bounds.runtime import runtime_bounds
 from synth.cli.main import main
-from synth.cost import cost_rows
 from synth.core.io import load_schedule
+from synth.cost import cost_rows
 from synth.measure.calibration import Calibration
 from synth.report import runner
 from synth.report.evaluate import size_grid
@@ -74,9 +74,11 @@ def test_nccl_column_and_shortfalls_follow_the_rows(full4_report):
         theirs = min(min(e["rows"][i]["step_time_us"] for e in nccl), doc["nccl_model"][i]["time_us"])
         assert doc["nccl_model"][i]["size"] == size
         assert (size in slower) == (mine > theirs * (1 + 1e-9))
-        covering = [w for w in doc["fastest"] if w["min_bytes"] <= size and (w["max_bytes"] is None or size <= w["max_bytes"])]
+        covering = [w for w in doc["fastest"]
+                    if w["min_bytes"] <= size and (w["max_bytes"] is None or size <= w["max_bytes"])]
         fastest = min(e["rows"][i]["step_time_us"] for e in doc["schedules"])
-        assert covering[0]["nccl_speedup"] <= theirs / fastest * (1 + 1e-9) <= covering[0]["nccl_speedup_max"] * (1 + 1e-9)
+        assert covering[0]["nccl_speedup"] <= theirs / fastest * (1 + 1e-9) <= \
+            covering[0]["nccl_speedup_max"] * (1 + 1e-9)
 
 
 def test_the_runtime_model_stands_for_nccl_only_where_runs_check_it():

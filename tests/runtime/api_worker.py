@@ -23,7 +23,10 @@ def check(name, ours, theirs) -> None:
 def main(folder: Path) -> None:
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
-    load = lambda name, executor="threads": synth.runtime.load(str(folder / name), timeout=60, executor=executor)
+
+    def load(name, executor="threads"):
+        return synth.runtime.load(str(folder / name), timeout=60, executor=executor)
+
     x = pattern(rank, 24, torch.float32, n)
 
     ag = load("allgather.json")

@@ -62,7 +62,8 @@ def test_alltoallv_binds_packed_tensors_by_the_traffic_matrix(tmp_path):
     assert r.size_chunks == 4  # the largest send buffer (rank 2: 3 + 1 chunks)
     # rank 0 sends chunks 0, 1 (to 1) and 2 (to 2); rank 1 receives 0 -> 1 chunks, then 2 -> 1
     assert r.binding.input_chunks(0) == (0, 1, 2)
-    src_of = {c: s for s, row in enumerate(matrix) for c in range(sum(map(sum, matrix[:s])), sum(map(sum, matrix[:s + 1])))}
+    src_of = {c: s for s, row in enumerate(matrix)
+              for c in range(sum(map(sum, matrix[:s])), sum(map(sum, matrix[:s + 1])))}
     for d in range(3):
         sources = [src_of[c] for c in r.binding.output_chunks(d)]
         assert sources == sorted(sources) and len(sources) == sum(matrix[s][d] for s in range(3))

@@ -38,7 +38,8 @@ def _schedules(folder: Path) -> None:
              "gather": ("gather", "direct", 3), "scatter": ("scatter", "direct", 0)}
     for name, (coll, algo, root) in plans.items():
         save_schedule(folder / f"{name}.json", build_baseline(full4, algo, coll, root, None))
-    save_schedule(folder / "allreduce2.json", build_baseline(resolve_topology("full:2"), "ring", "allreduce", None, None))
+    save_schedule(folder / "allreduce2.json",
+                  build_baseline(resolve_topology("full:2"), "ring", "allreduce", None, None))
 
 
 def test_the_api_matches_torch_for_every_collective(tmp_path):

@@ -8,16 +8,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from synth.smt.encoding import SmtInstance
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import allgather, make_collective
 from synth.core.io import load_schedule, write_frontier
 from synth.core.library import resolve_topology
 from synth.core.schedule import Status
-from synth.smt.strategies import least_steps, pareto, solve_instance
 from synth.core.symmetry import collective_symmetries
+from synth.smt.encoding import SmtInstance
+from synth.smt.strategies import least_steps, pareto, solve_instance
 from synth.verify import verify
-
 from tests.schedule_strategies import topologies
 
 
@@ -248,8 +247,8 @@ def test_step_floors_past_the_any_steps_floor_are_known_without_an_lp(monkeypatc
 
 
 def test_direct_allreduce_on_dgx1_verifies():
-    from synth.smt.direct_allreduce import DirectAllreduceInstance
     from synth.core.collectives import allreduce
+    from synth.smt.direct_allreduce import DirectAllreduceInstance
 
     result = DirectAllreduceInstance(resolve_topology("dgx1"), allreduce(8, 2), 5, 5).solve(5, time_limit=60)
     assert result.status == Status.SOLVED and verify(result.schedule) == []

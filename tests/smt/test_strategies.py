@@ -91,7 +91,8 @@ def _split_step(schedule, index: int, first: int):
 
 
 @pytest.mark.parametrize("topo_name,name,budget", [("dgx1", "allgather", (2, 5, 2)), ("ring:6", "allgather", (3, 7, 2)),
-                                                   ("hypercube:3", "alltoall", (3, 6, 1)), ("dgx1", "broadcast", (3, 5, 12))])
+                                                   ("hypercube:3", "alltoall", (3, 6, 1)),
+                                                   ("dgx1", "broadcast", (3, 5, 12))])
 def test_splitting_a_step_keeps_the_schedule_valid(topo_name, name, budget):
     from synth.core.library import resolve_topology
     from synth.smt.session import SmtSession
@@ -111,7 +112,8 @@ def test_splitting_a_step_keeps_the_schedule_valid(topo_name, name, budget):
     # the test can fail: all of a wide step's sends in its first round overload a link
     i = max(wide, key=lambda k: len(schedule.steps[k].sends))
     from synth.core.schedule import Schedule, Step
-    crammed = schedule.steps[:i] + (Step(schedule.steps[i].sends, 1), Step((), schedule.steps[i].rounds - 1)) + schedule.steps[i + 1:]
+    crammed = (schedule.steps[:i] + (Step(schedule.steps[i].sends, 1), Step((), schedule.steps[i].rounds - 1))
+               + schedule.steps[i + 1:])
     assert any(v.kind == "link_capacity" for v in verify(Schedule(schedule.topology, schedule.collective, crammed)))
 
 
@@ -131,6 +133,7 @@ class _Oracle:
 
     def solve(self, S, R, C, time_limit, by_splits=True):
         from types import SimpleNamespace
+
         from synth.core.schedule import SolveResult, Status
 
         if R >= max(S, 2 * C + 1):
@@ -159,6 +162,7 @@ def test_a_budget_that_timed_out_is_settled_by_a_proof_at_more_steps(splits, mon
     """(3, 4, 2) times out; (4, 4, 2) is proven infeasible, so (3, 4, 2) is too when steps split
     freely; without that the frontier stays incomplete."""
     from fractions import Fraction
+
     from synth.smt import strategies
     from synth.smt.strategies import _search
 
@@ -184,6 +188,7 @@ class _SlowThree(_Oracle):
 
     def solve(self, S, R, C, time_limit, by_splits=True):
         from types import SimpleNamespace
+
         from synth.core.schedule import SolveResult, Status
 
         if S == 3:
@@ -194,6 +199,7 @@ class _SlowThree(_Oracle):
 
     def fewer_steps(self, schedule, time_limit):
         from types import SimpleNamespace
+
         from synth.core.schedule import SolveResult, Status
 
         S, R, C = schedule.budget
@@ -206,6 +212,7 @@ def test_a_point_found_at_more_steps_settles_the_budget_that_timed_out_one_step_
     """(3, 5, 2) times out, (4, 5, 2) is found and its windows re-solve to 3 steps: the point
     is at 3 steps and the frontier is complete ((3, 4, 2) by the proof at 4 steps)."""
     from fractions import Fraction
+
     from synth.smt import strategies
     from synth.smt.strategies import _search
 
@@ -218,17 +225,20 @@ def test_a_point_found_at_more_steps_settles_the_budget_that_timed_out_one_step_
 
 
 @pytest.mark.parametrize("topo_name,name,budget", [("dgx1", "allgather", (3, 6, 2)), ("ring:6", "broadcast", (5, 9, 3)),
-                                                   ("hypercube:3", "allgather", (4, 8, 2)), ("dgx1", "reduce_scatter", (3, 6, 2))])
+                                                   ("hypercube:3", "allgather", (4, 8, 2)),
+                                                   ("dgx1", "reduce_scatter", (3, 6, 2))])
 def test_merging_steps_keeps_sends_and_rounds_and_the_schedule_valid(topo_name, name, budget):
     """At more steps than a budget needs the solver may leave steps that forward nothing to
     each other; merged, the schedule must still verify, with the same sends and rounds."""
     from collections import Counter
+
     from synth.core.library import resolve_topology
     from synth.core.transforms import merge_steps
     from synth.smt.session import SmtSession
     from synth.verify import verify
 
-    found = SmtSession(resolve_topology(topo_name), name, 0 if name == "broadcast" else None).solve(*budget, time_limit=60)
+    found = SmtSession(resolve_topology(topo_name), name, 0 if name == "broadcast" else None).solve(*budget,
+                                                                                                    time_limit=60)
     assert found.status.value == "solved"
     merged = merge_steps(found.schedule)
     assert verify(merged) == [] and merged.total_rounds == found.schedule.total_rounds

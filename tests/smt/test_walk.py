@@ -75,6 +75,7 @@ def test_no_function_in_the_strategies_module_is_long():
     """The walk is named steps, not one long function with closures (issue 26)."""
     import ast
     import inspect
+
     from synth.smt import strategies
 
     tree = ast.parse(inspect.getsource(strategies))

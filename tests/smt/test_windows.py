@@ -45,6 +45,7 @@ def test_no_window_below_the_hop_distance_is_a_timeout_not_a_proof():
 
 def test_kept_sends_outside_the_window_stay_in_the_shorter_schedule():
     from collections import Counter
+
     from synth.core.collectives import allgather
 
     topology = resolve_topology("ring:6")
