@@ -249,7 +249,7 @@ def routed_hops(topology: Topology, channel: TreeChannel) -> int:
     )
 
 
-def pipelined(templates: Sequence[Steps], pieces: int) -> Steps:
+def pipeline_pieces(templates: Sequence[Steps], pieces: int) -> Steps:
     """Channel c's template on chunks c*pieces .. c*pieces+pieces-1, one step apart; channels side by side."""
     return merge(*(pipeline(t, range(c * pieces, (c + 1) * pieces)) for c, t in enumerate(templates)))
 
@@ -355,7 +355,7 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     pieces, meta = _pieces(topology, templates, chunks, size)
     multi = bool(layout.machine_trees)
     depth = max(depth_of(ch.parents) for ch in layout.channels)
-    steps = pipelined(templates, pieces)
+    steps = pipeline_pieces(templates, pieces)
     return finish(
         topology, allreduce_in(topology.ranks, len(templates) * pieces), steps, "nccl_tree",
         variant="double binary tree across machines, chains inside" if multi else "chain (one machine)",

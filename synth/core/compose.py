@@ -10,7 +10,7 @@ every one arriving through it, each with the NIC's bandwidth.
 >>> from synth.core.topology import Link, Nic, Topology
 >>> pair = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)), machines=((0, 1),),
 ...                 nics=(Nic("nic0", (0, 1), 12.5, 2.6),))
->>> t = compose(pair, 2)
+>>> t = compose_machines(pair, 2)
 >>> t.name, t.ranks, t.machines, t.link(0, 3).bandwidth, t.link(0, 3).kind
 ('pairx2', 4, ((0, 1), (2, 3)), 12.5, 'net')
 """
@@ -26,7 +26,7 @@ MAX_LINKS = 2_000_000  # refuse compositions whose link list would be this long 
 _NIC_HINTS = {"dgx1": "ndv2"}
 
 
-def compose(base: Topology, k: int) -> Topology:
+def compose_machines(base: Topology, k: int) -> Topology:
     """K copies of ``base`` joined through their NICs; named ``f"{base.name}x{k}"``.
 
     Raises TopologyError when k < 2, when the base has no NICs or spans several machines, when

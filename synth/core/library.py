@@ -20,7 +20,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from synth.core import generators
-from synth.core.compose import compose
+from synth.core.compose import compose_machines
 from synth.core.errors import InputError, TopologyError
 from synth.core.io import load_topology_file
 from synth.core.topology import Topology
@@ -91,7 +91,7 @@ def load_library(name: str) -> Topology:
 
 @lru_cache(maxsize=32)
 def _composed(name: str, k: int) -> Topology:
-    return compose(load_library(name), k)
+    return compose_machines(load_library(name), k)
 
 
 def resolve_topology(spec: str) -> Topology:

@@ -76,12 +76,12 @@ def import_text(text: str, where: str, fmt: str = "auto", gpu: str | None = None
     base = name or _name_of(where)
     topo = build_topology(desc, base, where, gpu=gpu, nic_gbps=nic_gbps, cpu=cpu, nvlink=nvlink)
     if nodes != 1:
-        from synth.core.compose import compose
+        from synth.core.compose import compose_machines
 
         if not topo.nics:
             raise InputError(f"{where}: --nodes {nodes} joins copies through their NICs, and the file shows no NIC "
                              "near a GPU")
-        topo = compose(topo, nodes)
+        topo = compose_machines(topo, nodes)
     return topo
 
 

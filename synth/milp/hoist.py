@@ -31,7 +31,7 @@ from synth.core.errors import InvalidScheduleError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.cost import step_loads
-from synth.milp.orbit_cost import step_loads as orbit_step_loads
+from synth.milp.orbit_cost import orbit_step_loads
 from synth.verify import verify
 
 _TOL = 1e-9

@@ -1,8 +1,8 @@
 """The cost model and the event simulation of a symmetric schedule, from its representatives.
 
-``step_loads(quotient, rep)`` equals ``synth.cost.step_loads(quotient.expand(rep))`` term for
+``orbit_step_loads(quotient, rep)`` equals ``synth.cost.step_loads(quotient.expand(rep))`` term for
 term (every link and group of an orbit carries the same load, so the distinct terms are those
-of the orbits' representatives); ``simulate_us(quotient, rep, size)`` equals
+of the orbits' representatives); ``orbit_simulate_us(quotient, rep, size)`` equals
 ``synth.cost.simulate_us(quotient.expand(rep), size)``: ``expand`` orders each step's sends
 representative-major, so every link and group serves its sends in the same order as every
 other of its orbit and the images of a send start, and land, at the same time as it does. That
@@ -19,9 +19,9 @@ schedule has millions.
 >>> q = Quotient.of(topo, allgather(4), [tuple((r + 1) % 4 for r in range(4))])
 >>> rep = Schedule(topo, q.rep_collective, tuple(Step((Send(0, h, h + 1),)) for h in range(3)))
 >>> full = q.expand(rep)
->>> step_loads(q, rep).time_us(1 << 20) == step_time_us(full, 1 << 20)
+>>> orbit_step_loads(q, rep).time_us(1 << 20) == step_time_us(full, 1 << 20)
 True
->>> simulate_us(q, rep, 1 << 20) == full_simulate(full, 1 << 20)
+>>> orbit_simulate_us(q, rep, 1 << 20) == full_simulate(full, 1 << 20)
 True
 """
 
@@ -34,7 +34,7 @@ from synth.cost import StepLoads, effective_link, land, protocol_of
 from synth.cost import simulate_us as full_simulate_us
 
 
-def step_loads(quotient: Quotient, rep: Schedule) -> StepLoads:
+def orbit_step_loads(quotient: Quotient, rep: Schedule) -> StepLoads:
     """The full schedule's StepLoads, counted on its representative sends."""
     res = quotient.resources
     links, groups = [], []
@@ -53,7 +53,7 @@ def step_loads(quotient: Quotient, rep: Schedule) -> StepLoads:
     return StepLoads(rep.collective.buffer_chunks, tuple(links), tuple(groups))
 
 
-def simulate_us(quotient: Quotient, rep: Schedule, size_bytes: float, protocol: str = "ideal") -> float:
+def orbit_simulate_us(quotient: Quotient, rep: Schedule, size_bytes: float, protocol: str = "ideal") -> float:
     """The event simulation of the full schedule (see the module docstring)."""
     res = quotient.resources
     if any(mult > 1 for row in res.of_orbit for _, mult in row):

@@ -45,12 +45,11 @@ from synth.cost import format_size, simulate_us, step_time_us
 from synth.lp.solver import MilpOptions
 from synth.milp.exact import best_exact
 from synth.milp.hoist import hoist_sends
-from synth.milp.orbit_cost import simulate_us as orbit_simulate_us
-from synth.milp.orbit_cost import step_loads as orbit_step_loads
+from synth.milp.orbit_cost import orbit_simulate_us, orbit_step_loads
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.routing import RoutePlan, route
 from synth.milp.sketch import Sketch
-from synth.milp.timing import merge_steps
+from synth.milp.timing import merge_steps_at_size
 from synth.verify import verify
 
 Progress = Callable[[str], None]
@@ -91,14 +90,15 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         view = planning_view(topology)
         say(view.sources[-1])
         return _on_machine(synthesize(view, collective, sketch, options, root, progress), topology)
-    clock = _Clock()
+    clock = _StageClock()
     draft = _route_and_order(topology, _collective(topology, collective, root, sketch), sketch, options, say, clock)
     exact_line = None
     if _exact_applies(topology, collective):
         draft, exact_line = _exact_stage(draft, topology, collective, sketch, options, root, clock)
     before = _time_us(draft.joined, draft.quotient, sketch.size)
     started = time.perf_counter()
-    timed = merge_steps(draft.joined, sketch.size, quotient=draft.quotient)  # verified (the representatives, with one)
+    # verified (the representatives, with one)
+    timed = merge_steps_at_size(draft.joined, sketch.size, quotient=draft.quotient)
     clock.timing += time.perf_counter() - started
     took = _time_us(timed, draft.quotient, sketch.size)
     simulated = (simulate_us(timed, sketch.size) if draft.quotient is None
@@ -165,7 +165,7 @@ def _exact_stage(draft: _Draft, topology, collective, sketch, options, root, clo
     return _Draft(joined, joined.collective, None, plans), line + ": kept (faster than the pipelined ordering)"
 
 
-def _expanded(timed: Schedule, draft: _Draft, say: Progress, clock: _Clock) -> Schedule:
+def _expanded(timed: Schedule, draft: _Draft, say: Progress, clock: _StageClock) -> Schedule:
     """The full schedule the representatives stand for, verified whole."""
     quotient = draft.quotient
     started = time.perf_counter()
@@ -242,7 +242,7 @@ class _Ticker:
 
 
 @dataclass
-class _Clock:
+class _StageClock:
     routing: float = 0.0
     ordering: float = 0.0
     timing: float = 0.0
@@ -314,10 +314,11 @@ def _forward(topology, coll, sketch, options, say, clock, label,
                                progress=ticker)
         clock.ordering += time.perf_counter() - started
         started = time.perf_counter()
-        merged = merge_steps(schedule, sketch.size, quotient=quotient)
+        merged = merge_steps_at_size(schedule, sketch.size, quotient=quotient)
         hoisted = hoist_sends(merged, sketch.size, quotient)
         if hoisted is not merged:  # sends moved earlier: steps may merge further
-            merged = merge_steps(hoisted, sketch.size, quotient=quotient).with_meta(hoisted=hoisted.meta["hoisted"])
+            merged = merge_steps_at_size(hoisted, sketch.size, quotient=quotient)
+            merged = merged.with_meta(hoisted=hoisted.meta["hoisted"])
         clock.timing += time.perf_counter() - started
         took = _time_us(merged, quotient, sketch.size)
         tried.append(f"block {block}: {len(schedule.steps)} rounds -> {len(merged.steps)} steps, {took:.1f} us")

@@ -39,7 +39,7 @@ of at most that many steps), for schedules with thousands of mutually independen
 >>> from synth.core.topology import Link, Topology
 >>> t = Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)))
 >>> s = Schedule(t, allgather(2), (Step((Send(0, 0, 1),)), Step((Send(1, 1, 0),))))
->>> merged = merge_steps(s, 1024)
+>>> merged = merge_steps_at_size(s, 1024)
 >>> len(merged.steps), merged.meta["timing"]
 (1, {'merged_from': 2, 'steps': 1, 'size': 1024})
 """
@@ -91,7 +91,7 @@ def merge_starts(schedule: Schedule) -> list[int]:
     return starts
 
 
-def merge_steps(schedule: Schedule, size_bytes: float, max_block: int | None = None,
+def merge_steps_at_size(schedule: Schedule, size_bytes: float, max_block: int | None = None,
                 quotient: Quotient | None = None) -> Schedule:
     """The schedule with consecutive steps merged to minimise the step-model time at ``size_bytes``.
 
@@ -103,9 +103,9 @@ def merge_steps(schedule: Schedule, size_bytes: float, max_block: int | None = N
     was invalid (InvalidScheduleError).
     """
     if not (isinstance(size_bytes, (int, float)) and size_bytes > 0 and math.isfinite(size_bytes)):
-        raise InputError(f"merge_steps: size must be a positive number of bytes, got {size_bytes!r}")
+        raise InputError(f"merge_steps_at_size: size must be a positive number of bytes, got {size_bytes!r}")
     if max_block is not None and (not isinstance(max_block, int) or isinstance(max_block, bool) or max_block < 1):
-        raise InputError(f"merge_steps: max_block must be an integer >= 1 or None, got {max_block!r}")
+        raise InputError(f"merge_steps_at_size: max_block must be an integer >= 1 or None, got {max_block!r}")
     steps = schedule.steps
     blocks = _best_partition(schedule, size_bytes, merge_starts(schedule), max_block, quotient)
     merged = tuple(_merge_block(steps[i:j]) for i, j in blocks)
@@ -115,8 +115,8 @@ def merge_steps(schedule: Schedule, size_bytes: float, max_block: int | None = N
     if problems:
         before = verify(schedule)
         if before:
-            raise InvalidScheduleError(f"merge_steps: the input schedule is invalid: {before[0]}", before)
-        raise RuntimeError(f"merge_steps broke a valid schedule (a bug): {problems[0]}")
+            raise InvalidScheduleError(f"merge_steps_at_size: the input schedule is invalid: {before[0]}", before)
+        raise RuntimeError(f"merge_steps_at_size broke a valid schedule (a bug): {problems[0]}")
     return result
 
 
@@ -201,7 +201,8 @@ class _Loads:
         if (lk < 0).any():
             bad = int(np.flatnonzero(lk < 0)[0])
             raise InvalidScheduleError(
-                f"merge_steps: step {int(step_of[bad])}: {int(src[bad])}->{int(dst[bad])} is not a link of {topo.name}"
+                f"merge_steps_at_size: step {int(step_of[bad])}: {int(src[bad])}->{int(dst[bad])} "
+                f"is not a link of {topo.name}"
             )
         keys, counts = np.unique(step_of * orbits + quotient.link_orbit[lk], return_counts=True)
         l_step, l_orbit = np.divmod(keys, orbits)

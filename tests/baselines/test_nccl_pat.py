@@ -14,7 +14,7 @@ from synth.baselines import BaselineNotApplicable
 from synth.baselines.nccl_pat import BASELINES, build, pat_phases
 from synth.baselines.trees import binomial_phases
 from synth.cli.main import main
-from synth.core.compose import compose
+from synth.core.compose import compose_machines
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.topology import Link, Nic, Topology
@@ -24,7 +24,7 @@ from synth.verify import verify
 def one_gpu_machines(k: int) -> Topology:
     """k machines of one GPU joined through one 50 GB/s NIC each (a composition)."""
     base = Topology("gpu1", 1, (), machines=((0,),), nics=(Nic("nic0", (0,), 50.0, 2.0),))
-    return compose(base, k)
+    return compose_machines(base, k)
 
 
 def mesh_of_machines(k: int, missing: tuple[tuple[int, int], ...] = ()) -> Topology:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from synth.core.compose import compose
+from synth.core.compose import compose_machines
 from synth.core.errors import InputError, TopologyError
 from synth.core.library import library_folder, library_names, list_topologies, load_library, resolve_topology
 from synth.core.topology import LINK_KINDS, Link, Nic, Topology
@@ -169,7 +169,7 @@ def test_dgx2x2_copies_groups_and_pairs_nics():
 
 def test_h100x16_composes():
     base = load_library("h100")
-    t = compose(base, 16)  # 128 ranks, 15360 fabric links: must stay fast (the suite is the check)
+    t = compose_machines(base, 16)  # 128 ranks, 15360 fabric links: must stay fast (the suite is the check)
     assert t.ranks == 128 and t.machine_count == 16
     assert len(fabric_links(t)) == 128 * 120
     assert len(t.groups) == 16 * 16 + 128 * 2
@@ -179,7 +179,7 @@ def test_h100x16_composes():
 @pytest.mark.parametrize("name", [n for n in LIBRARY if n != "dgx1"])
 def test_every_nic_machine_composes(name):
     base = load_library(name)
-    t = compose(base, 3)
+    t = compose_machines(base, 3)
     served = sum(len(n.ranks) for n in base.nics)
     assert len(fabric_links(t)) == 3 * 2 * served * served
     assert len(t.links) == 3 * len(base.links) + 3 * 2 * served * served
@@ -197,23 +197,23 @@ def test_compose_rejects_bad_counts_and_bases():
     ndv2 = load_library("ndv2")
     for k, text in ((1, "at least 2"), (0, "at least 2"), (2.0, "integer"), (10**4, "links")):
         with pytest.raises(TopologyError, match=text):
-            compose(ndv2, k)
-    two_boxes = compose(ndv2, 2)
+            compose_machines(ndv2, k)
+    two_boxes = compose_machines(ndv2, 2)
     with pytest.raises(TopologyError, match="one machine"):
-        compose(two_boxes, 2)
+        compose_machines(two_boxes, 2)
 
 
 def test_compose_rejects_rank_behind_two_nics():
     base = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)),
                     nics=(Nic("a", (0, 1), 12.5), Nic("b", (1,), 12.5)))
     with pytest.raises(TopologyError, match="duplicates another link"):
-        compose(base, 2)
+        compose_machines(base, 2)
 
 
 def test_compose_mixed_nics_uses_min_bandwidth_max_alpha():
     base = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)),
                     nics=(Nic("fast", (0,), 50.0, 1.0), Nic("slow", (1,), 12.5, 3.0)))
-    t = compose(base, 2)
+    t = compose_machines(base, 2)
     assert (t.link(0, 2).bandwidth, t.link(0, 2).alpha) == (50.0, 1.0)
     assert (t.link(0, 3).bandwidth, t.link(0, 3).alpha) == (12.5, 3.0)
     assert t.machines == ((0, 1), (2, 3))

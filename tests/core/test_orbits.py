@@ -11,8 +11,7 @@ from synth.core.library import resolve_topology
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.cost import simulate_us, step_loads
-from synth.milp.orbit_cost import simulate_us as orbit_simulate_us
-from synth.milp.orbit_cost import step_loads as orbit_step_loads
+from synth.milp.orbit_cost import orbit_simulate_us, orbit_step_loads
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.sketch import default_sketch
 from synth.verify import verify

@@ -18,7 +18,7 @@ from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.core.topology import Group, Link, Topology
 from synth.cost import simulate_us, step_time_us, step_times_us
-from synth.milp.timing import TimingReport, merge_starts, merge_steps, timing_report
+from synth.milp.timing import TimingReport, merge_starts, merge_steps_at_size, timing_report
 from synth.verify import verify
 from tests.schedule_strategies import valid_schedules
 
@@ -101,7 +101,7 @@ def test_read_after_write_relay_never_merges():
     assert verify(relay) == []
     assert merge_starts(relay) == [0, 1, 2]
     for size in (1, 1 << 10, 1 << 30):
-        assert merge_steps(relay, size).steps == relay.steps
+        assert merge_steps_at_size(relay, size).steps == relay.steps
     assert "not_held" in kinds(merged_by_hand(relay, 0, 1))  # the verifier agrees it is wrong
 
 
@@ -110,7 +110,7 @@ def test_copy_then_copy_to_same_place_does_not_merge():
     twice = sched(pair, allgather(2), [Send(0, 0, 1)], [Send(0, 0, 1), Send(1, 1, 0)])
     assert verify(twice) == []
     assert merge_starts(twice) == [0, 1]
-    assert len(merge_steps(twice, 1).steps) == 2
+    assert len(merge_steps_at_size(twice, 1).steps) == 2
     assert "conflicting_write" in kinds(merged_by_hand(twice, 0, 1))
 
 
@@ -129,7 +129,7 @@ def test_copy_then_reduce_to_same_place_does_not_merge():
     assert verify(s) == []
     assert merge_starts(s)[2] == 2  # only the write-write pair (1, 2) conflicts
     assert "conflicting_write" in kinds(merged_by_hand(s, 1, 2))
-    assert len(merge_steps(s, 1).steps) == 3
+    assert len(merge_steps_at_size(s, 1).steps) == 3
 
 
 def test_reduce_then_copy_to_same_place_does_not_merge():
@@ -144,7 +144,7 @@ def test_reduce_then_reduce_to_same_place_merges():
     s = sched(star, reduce(3, root=0), [Send(0, 1, 0, "reduce")], [Send(0, 2, 0, "reduce")])
     assert verify(s) == []
     assert merge_starts(s) == [0, 0]
-    merged = merge_steps(s, 1)
+    merged = merge_steps_at_size(s, 1)
     assert len(merged.steps) == 1 and final_state(merged) == final_state(s)
 
 
@@ -161,7 +161,7 @@ def test_write_after_read_merges_for_copy_and_reduce():
         assert merge_starts(s)[j] <= i
         by_hand = merged_by_hand(s, i, j)
         assert verify(by_hand) == [] and final_state(by_hand) == final_state(s)
-    assert len(merge_steps(reduce_war, 1).steps) == 1
+    assert len(merge_steps_at_size(reduce_war, 1).steps) == 1
 
 
 # ---------------------------------------------------------------------------- partitions
@@ -171,7 +171,7 @@ def test_independent_steps_on_disjoint_resources_cost_the_max():
     s = sched(pair, allgather(2, chunks=2), [Send(0, 0, 1), Send(1, 0, 1)], [Send(2, 1, 0), Send(3, 1, 0)],
               rounds=2)
     for size in (1 << 10, 1 << 20, 1 << 30):
-        merged = merge_steps(s, size)
+        merged = merge_steps_at_size(s, size)
         assert len(merged.steps) == 1 and merged.steps[0].rounds == 4
         times = step_times_us(s, size)
         assert step_time_us(merged, size) == pytest.approx(max(times), rel=REL)
@@ -182,10 +182,10 @@ def test_alpha_bound_independent_sequence_merges_fully():
     coll = allgather(4)
     direct = [[Send(c, c, d)] for c in range(4) for d in range(4) if d != c]
     s = sched(mesh(4), coll, *direct, rounds=1)
-    merged = merge_steps(s, 1)
+    merged = merge_steps_at_size(s, 1)
     assert len(merged.steps) == 1 and merged.steps[0].rounds == 12
     assert merged.meta["timing"] == {"merged_from": 12, "steps": 1, "size": 1}
-    capped = merge_steps(s, 1, max_block=5)
+    capped = merge_steps_at_size(s, 1, max_block=5)
     assert sorted(len(step.sends) for step in capped.steps) == [2, 5, 5]  # ties: any order
 
 
@@ -194,18 +194,18 @@ def test_dynamic_program_beats_greedy_blocks():
     coll = Collective("custom", 4, False, ({0}, {2}, {2}, {1}), ({0, 1, 2}, {2, 3}, {2, 3}, {1, 2}), 4)
     s = sched(mesh(4), coll, [Send(0, 0, 1)], [Send(1, 2, 3), Send(2, 2, 3)], [Send(0, 1, 2), Send(3, 1, 2)])
     assert verify(s) == [] and merge_starts(s) == [0, 0, 1]
-    merged = merge_steps(s, 1 << 20)
+    merged = merge_steps_at_size(s, 1 << 20)
     assert [len(step.sends) for step in merged.steps] == [1, 4]
     assert step_time_us(merged, 1 << 20) == pytest.approx(brute_force_best(s, 1 << 20, None), rel=REL)
 
 
 def test_rounds_none_and_empty_steps():
     s = Schedule(mesh(2), allgather(2), (Step((), 1), Step((Send(0, 0, 1),), None), Step((Send(1, 1, 0),), 2)))
-    merged = merge_steps(s, 1)
+    merged = merge_steps_at_size(s, 1)
     assert len(merged.steps) == 1 and merged.steps[0].rounds is None
     nothing = Collective("noop", 2, False, ({0},), ({0},), 1)
     empty = Schedule(mesh(2), nothing, (), {"synthesizer": "test"})
-    out = merge_steps(empty, 1 << 20)
+    out = merge_steps_at_size(empty, 1 << 20)
     assert out.steps == () and out.meta == {"synthesizer": "test",
                                             "timing": {"merged_from": 0, "steps": 0, "size": 1 << 20}}
 
@@ -214,22 +214,22 @@ def test_bad_arguments_and_invalid_input():
     s = sched(mesh(2), allgather(2), [Send(0, 0, 1), Send(1, 1, 0)])
     for size in (0, -1, float("nan"), "1M"):
         with pytest.raises(InputError):
-            merge_steps(s, size)
+            merge_steps_at_size(s, size)
     for cap in (0, -2, 1.5, True):
         with pytest.raises(InputError):
-            merge_steps(s, 1024, max_block=cap)
+            merge_steps_at_size(s, 1024, max_block=cap)
     not_held = sched(mesh(3), allgather(3), [Send(0, 1, 2)], [Send(1, 1, 2)])
     with pytest.raises(InvalidScheduleError):
-        merge_steps(not_held, 1024)
+        merge_steps_at_size(not_held, 1024)
     no_link = sched(Topology("one", 2, (Link(0, 1, 25.0),)), allgather(2), [Send(1, 1, 0)])
     with pytest.raises(InvalidScheduleError, match="not a link"):
-        merge_steps(no_link, 1024)
+        merge_steps_at_size(no_link, 1024)
 
 
 def test_timing_report():
     coll = allgather(4)
     s = sched(mesh(4), coll, *[[Send(c, c, d)] for c in range(4) for d in range(4) if d != c])
-    merged = merge_steps(s, 4096)
+    merged = merge_steps_at_size(s, 4096)
     report = timing_report(s, merged, 4096)
     assert isinstance(report, TimingReport)
     assert (report.steps_before, report.steps_after) == (12, 1)
@@ -265,7 +265,7 @@ CAPS = st.none() | st.integers(1, 4)
 @given(valid_schedules() | split_schedules(), SIZES, CAPS)
 def test_merge_is_valid_equivalent_and_never_slower(schedule, size, cap):
     assert verify(schedule) == []
-    merged = merge_steps(schedule, size, max_block=cap)
+    merged = merge_steps_at_size(schedule, size, max_block=cap)
     assert verify(merged) == []
     assert final_state(merged) == final_state(schedule)
     assert flat(merged) == flat(schedule)  # same sends, same order: blocks of consecutive steps

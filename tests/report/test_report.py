@@ -198,13 +198,13 @@ def test_greedy_extras_are_kept_only_where_they_win(full4_report):
 
 def test_router_size_variants_as_jobs_equal_the_serial_ones():
     """One report's MILP size variants side by side (jobs=2) give the serial run's schedules."""
-    from synth.core.compose import compose
+    from synth.core.compose import compose_machines
     from synth.core.topology import Link, Nic, Topology
     from synth.report.candidates import _milp
 
     pair = Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)), machines=((0, 1),),
                     nics=(Nic("nic0", (0, 1), 12.5, 2.6),))
-    topo = compose(pair, 2)
+    topo = compose_machines(pair, 2)
     serial = _milp(topo, "allgather", 30.0, lambda line: None)
     lines: list[str] = []
     parallel = _milp(topo, "allgather", 30.0, lines.append, jobs=2)
