@@ -42,8 +42,8 @@ def zipf_matrix(ranks: int, per_machine: int = 8) -> list[list[int]]:
 
 def _run(topo_name, coll, size, solver, out):
     from synth.baselines import fastest_baseline
+    from synth.bounds.solver import MilpOptions
     from synth.core.library import resolve_topology
-    from synth.lp.solver import MilpOptions
     from synth.milp.sketch import default_sketch
     from synth.milp.synthesize import synthesize
 

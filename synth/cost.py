@@ -452,6 +452,21 @@ def parse_sizes(text: str) -> list[int]:
     return [parse_size(p) for p in parts]
 
 
+LEVEL = 0.02  # a speedup within this fraction of 1 reads "level"
+
+
+def speedup_text(speedup: float) -> str:
+    """``1.32x faster``, ``level`` (within LEVEL either way) or ``1.15x slower``: one time over
+    another, as every comparison prints it.
+
+    >>> speedup_text(1.318), speedup_text(0.99), speedup_text(0.8)
+    ('1.32x faster', 'level', '1.25x slower')
+    """
+    if 1 / (1 + LEVEL) <= speedup <= 1 + LEVEL:
+        return "level"
+    return f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
+
+
 def format_size(size: int) -> str:
     """The shortest exact form with a 1024-power suffix (``parse_size`` reads it back).
 

@@ -110,11 +110,9 @@ class Smt:
 
     def scope(self, topology: Topology) -> str | None:
         """Rounds must apply: every capacity a whole multiple of the slowest link."""
-        from synth.core.planning import not_whole
+        from synth.core.planning import rounds_problem
 
-        if topology.rounds_apply:
-            return None
-        return f"{not_whole(topology)}, so k-synchronous rounds (what SMT synthesis counts) do not apply"
+        return rounds_problem(topology)
 
     def accepts(self, problem: Problem) -> str | None:
         if problem.steps is None:
@@ -122,11 +120,10 @@ class Smt:
         rounds = problem.steps if problem.rounds is None else problem.rounds
         if problem.steps < 1 or rounds < problem.steps or (problem.chunks or 1) < 1:
             return "needs steps >= 1, rounds >= steps and chunks >= 1"
+        from synth.core.planning import PLANNERS_HINT
+
         why = self.scope(problem.topology)
-        if why is None:
-            return None
-        return (f"{why}: use --backend milp or greedy (without --steps/--rounds), which plan on rounded "
-                "capacities and cost at the real bandwidths")
+        return None if why is None else f"{why}: {PLANNERS_HINT}"
 
     def solve(self, problem: Problem, options: Options) -> SolveResult:
         from synth.smt.strategies import solve_instance
@@ -158,8 +155,8 @@ class Milp(_Planner):
         return _importable("pulp")
 
     def solve(self, problem: Problem, options: Options) -> SolveResult:
+        from synth.bounds.solver import MilpOptions
         from synth.core.schedule import SolveResult
-        from synth.lp.solver import MilpOptions
         from synth.milp.synthesize import synthesize as route
 
         milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit, gap=options.gap,

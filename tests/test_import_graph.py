@@ -63,5 +63,5 @@ def test_the_known_cycles_are_still_there():
 
 def test_the_graph_sees_lazy_imports(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from synth.lp.sparse import solve_lp\n    import synth.core.io\n")
-    assert imported_stages(module) == {"lp", "core"}
+    module.write_text("def f():\n    from synth.bounds.lp import solve_lp\n    import synth.core.io\n")
+    assert imported_stages(module) == {"bounds", "core"}

@@ -3,7 +3,7 @@
 Every bound here is a value ``x`` in *chunk loads per unit of capacity*: with capacities in
 GB/s, the collective needs at least ``x * b`` seconds-per-GB (b = chunk bytes); with
 capacities in chunks per round it needs at least ``x`` rounds. The LP is solved by
-``synth.lp.sparse`` (HiGHS); no solver object reaches this module.
+``synth.bounds.lp`` (HiGHS); no solver object reaches this module.
 
 ``Demand`` is one unit flow a chunk class must route: from any rank in ``sources`` to ``sink``.
 
@@ -21,8 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from synth.bounds.lp import LpRows, solve_lp
 from synth.core.topology import Topology
-from synth.lp.sparse import LpRows, solve_lp
 
 _TOL = 1e-9
 

@@ -41,9 +41,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from synth.bounds.lp import LpRows, solve_lp_with_duals, solve_mip_bound
 from synth.core.collective import Collective
 from synth.core.topology import Topology
-from synth.lp.sparse import LpRows, solve_lp_with_duals, solve_mip_bound
 
 MAX_COLUMNS = 400_000
 LP_SECONDS = 60.0  # one relaxation solve; over it the bound is skipped (never guessed)

@@ -93,7 +93,6 @@ def cmd_bounds(args) -> int:
     return 0
 
 
-LEVEL_WITHIN = 0.02  # a ratio within 2% of 1 is "level"
 
 
 def _rounds(value) -> str:
@@ -234,8 +233,8 @@ def _label(path: str, schedule) -> str:
 
 
 def _verdict(labels: list[str], tables: list[list[dict]], protocol: str, model: str) -> dict:
-    """The first schedule against each other: ratio = other's step time / first's, per size;
-    within LEVEL_WITHIN of 1 it is level."""
+    """The first schedule against each other: ratio = other's step time / first's, per size,
+    worded by ``synth.cost.speedup_text``."""
     from synth.cost import format_size
 
     comparisons, phrases = [], []
@@ -253,10 +252,12 @@ def _verdict(labels: list[str], tables: list[list[dict]], protocol: str, model: 
 
 def _ratio_phrase(ratio: float, other: str | None) -> str:
     """'1.32x faster [than X]', '1.10x slower [than X]' or 'level [with X]'."""
-    if abs(ratio - 1) <= LEVEL_WITHIN:
-        return "level" + (f" with {other}" if other else "")
-    word = f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
-    return word + (f" than {other}" if other else "")
+    from synth.cost import speedup_text
+
+    word = speedup_text(ratio)
+    if other is None:
+        return word
+    return f"{word} with {other}" if word == "level" else f"{word} than {other}"
 
 
 def cmd_baseline(args) -> int:

@@ -70,6 +70,18 @@ def not_whole(topology: Topology) -> str:
     return ""
 
 
+PLANNERS_HINT = ("use --backend milp or greedy (without --steps/--rounds), which plan on rounded capacities "
+                 "and cost at the real bandwidths")
+
+
+def rounds_problem(topology: Topology) -> str | None:
+    """Why k-synchronous rounds (what SMT synthesis counts) do not apply on ``topology``; None
+    when they do."""
+    if topology.rounds_apply:
+        return None
+    return f"{not_whole(topology)}, so k-synchronous rounds (what SMT synthesis counts) do not apply"
+
+
 def on_machine(schedule: Schedule, topology: Topology) -> Schedule:
     """``schedule`` (planned on ``planning_view(topology)``) as a schedule on ``topology``."""
     if schedule.topology is topology:

@@ -321,11 +321,11 @@ def _out_room(topology: Topology) -> list[int]:
     """Per rank, the most chunks it can send in one round: the sum of its out-links' capacities,
     capped by every group that holds all of them (a switch port)."""
     room = []
-    for r in range(topology.ranks):
-        keys = {link.key for link in topology.out_links[r]}
-        total = sum(topology.link_capacity(link) for link in topology.out_links[r])
-        for group in topology.groups:
-            if keys and keys <= set(group.links):
+    for out in topology.out_links:
+        total = sum(topology.link_capacity(link) for link in out)
+        keys = {link.key for link in out}
+        for group in topology.groups_of_link.get(out[0].key, ()) if out else ():  # must hold the first
+            if keys <= set(group.links):
                 total = min(total, topology.group_capacity(group))
         room.append(total)
     return room

@@ -53,6 +53,7 @@ from typing import Callable
 import pulp
 
 from synth.bounds.lower_bounds import lower_bounds
+from synth.bounds.solver import MilpOptions, MilpOutcome, MilpStatus, solve, value
 from synth.bounds.step_lp import step_rounds_bound
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
@@ -62,7 +63,6 @@ from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
 from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.cost import step_time_us
-from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus, solve, value
 from synth.verify import verify
 
 # Valid cuts; DEFAULT_CUTS are those that paid on ndv2 allgather C=2..6, S=3..4 (HiGHS 1.16):
@@ -115,7 +115,7 @@ class BestExact:
 
 # ---------------------------------------------------------------------------- solver seam
 def _solve(prob: pulp.LpProblem, options: MilpOptions) -> MilpOutcome:
-    """The one place a solver runs: synth.lp.solver (proves optimality, gap 0, fixed seed)."""
+    """The one place a solver runs: synth.bounds.solver (proves optimality, gap 0, fixed seed)."""
     return solve(prob, options)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pulp
 
-from synth.lp.solver import MilpOptions, solve, value
-from synth.lp.sparse import solve_lp_solution
+from synth.bounds.lp import solve_lp_solution
+from synth.bounds.solver import MilpOptions, solve, value
 
 FINISH_SECONDS = 20.0
 _INF = np.inf

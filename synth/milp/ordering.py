@@ -36,12 +36,12 @@ from typing import Callable
 
 import numpy as np
 
+from synth.bounds.lp import solve_lp_solution
 from synth.core.collective import Collective
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
-from synth.lp.sparse import solve_lp_solution
 from synth.milp.finish import finish_assignment, groups_of
 from synth.verify import verify
 

@@ -36,12 +36,12 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
+from synth.bounds.solver import MilpOptions, MilpStatus, as_status, solve, value
 from synth.core.collective import Collective
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient, orbit_representatives
 from synth.core.schedule import Status
 from synth.core.topology import Topology
-from synth.lp.solver import MilpOptions, MilpStatus, as_status, solve, value
 from synth.milp.sketch import Sketch
 
 

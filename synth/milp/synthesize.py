@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from synth.bounds.lower_bounds import lower_bounds
+from synth.bounds.solver import MilpOptions
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
@@ -42,7 +43,6 @@ from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
 from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.cost import format_size, simulate_us, step_time_us
-from synth.lp.solver import MilpOptions
 from synth.milp.exact import best_exact
 from synth.milp.hoist import hoist_sends
 from synth.milp.orbit_cost import orbit_simulate_us, orbit_step_loads

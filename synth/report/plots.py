@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from synth.core.errors import InputError
-from synth.cost import format_size
-from synth.report.render import LEVEL, SizePoint, compare_text, costing_text, size_points
+from synth.cost import LEVEL, format_size, speedup_text
+from synth.report.render import SizePoint, costing_text, size_points
 
 PLOTS = ("busbw.png", "time.png", "speedup.png")
 SYNTHESIZED, NCCL, CLASSIC = "synthesized", "nccl", "classic"
@@ -220,7 +220,7 @@ def _speedup_lines(ax, points: list[SizePoint]) -> None:
                    edgecolors="black", linewidths=0.5, label=f"selected: {label}")
     for p in points:
         if p.size in (1 << 10, 1 << 20, 1 << 30):
-            ax.annotate(compare_text(p.speedup), (p.size, p.speedup), textcoords="offset points", xytext=(0, 9),
+            ax.annotate(speedup_text(p.speedup), (p.size, p.speedup), textcoords="offset points", xytext=(0, 9),
                         ha="center", fontsize=8)
     ax.set_ylim(low, high)
 

@@ -7,11 +7,9 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from synth.cost import format_size
+from synth.cost import format_size, speedup_text
 from synth.exporters.selection import SELECTION_FORMAT
 from synth.report.evaluate import TABLE_SIZES, Evaluation, ModelPoint, Shortfall, Winner
-
-LEVEL = 0.02  # a speedup within this fraction of 1 reads "level"
 
 
 @dataclass(frozen=True)
@@ -56,17 +54,6 @@ def _nccl_point(schedules: list[dict], model: dict | None, index: int) -> tuple[
     return min(options, key=lambda o: o[1]) if options else (None, None)
 
 
-def compare_text(speedup: float) -> str:
-    """``1.32x faster``, ``level`` (within LEVEL) or ``1.15x slower``.
-
-    >>> compare_text(1.318), compare_text(0.99), compare_text(0.8)
-    ('1.32x faster', 'level', '1.25x slower')
-    """
-    if 1 / (1 + LEVEL) <= speedup <= 1 + LEVEL:
-        return "level"
-    return f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
-
-
 def verdict_sizes(sizes: list[int]) -> list[int]:
     """The table sizes (1K, 1M, 1G) on the grid; else its smallest and largest size."""
     on_grid = [s for s in TABLE_SIZES if s in sizes]
@@ -85,7 +72,7 @@ def verdict(topology_name: str, collective: str, points: list[SizePoint], calibr
     selection is 1.32x faster than NCCL at 1K, 1.13x faster at 1M, level at 1G (default
     calibration)``; sizes where nothing stands for NCCL are left out."""
     wanted = verdict_sizes([p.size for p in points])
-    parts = [(p.size, compare_text(p.speedup)) for p in points if p.size in wanted and p.speedup is not None]
+    parts = [(p.size, speedup_text(p.speedup)) for p in points if p.size in wanted and p.speedup is not None]
     head = f"{topology_name} {collective}: "
     tail = f" ({costing_text(calibration)})"
     if not parts:

@@ -20,7 +20,7 @@ from synth.bounds.step_lp import (
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
-from synth.core.planning import not_whole
+from synth.core.planning import PLANNERS_HINT, rounds_problem
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.core.symmetry import schedule_invariant, search_symmetries
 from synth.core.topology import Topology
@@ -41,9 +41,7 @@ class SmtSession:
         base = make_collective(name, topology.ranks, root=root, chunks=1)
         base.check_on(topology)
         if not topology.rounds_apply:
-            raise InputError(f"{topology.name}: {not_whole(topology)}, so k-synchronous rounds (what SMT "
-                             "synthesis counts) do not apply: use --backend milp or greedy, which plan on "
-                             "rounded capacities and cost at the real bandwidths")
+            raise InputError(f"{topology.name}: {rounds_problem(topology)}: {PLANNERS_HINT}")
         self.name, self.root, self.options = name, root, options
         self.original = topology
         self.direct = direct

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+
+from tests.shared_data import shared_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def samples_root() -> Path | None:
-    env = os.environ.get("SYNTH_TOPO_SAMPLES")
-    for candidate in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "topo-samples",
-                                                     Path.cwd().resolve().parent / "shared" / "topo-samples"]:
-        if (candidate / "EXPECTED.md").is_file():
-            return candidate
-    return None
+    return shared_folder("topo-samples", "EXPECTED.md", "SYNTH_TOPO_SAMPLES")
 
 
 @pytest.fixture

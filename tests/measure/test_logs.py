@@ -3,7 +3,6 @@ generated in the printed format, and malformed text (always one InputError line,
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,17 +13,13 @@ from hypothesis import strategies as st
 
 from synth.core.errors import InputError
 from synth.measure.logs import NO_ROWS, Row, Run, collective_name, nccl_version, parse_runs, read_runs
+from tests.shared_data import shared_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _logs_root() -> Path | None:
-    env = os.environ.get("SYNTH_NCCL_TESTS_LOGS")
-    for candidate in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "nccl-tests-logs",
-                                                     Path.cwd().resolve().parent / "shared" / "nccl-tests-logs"]:
-        if (candidate / "SOURCES.md").is_file():
-            return candidate
-    return None
+    return shared_folder("nccl-tests-logs", "SOURCES.md", "SYNTH_NCCL_TESTS_LOGS")
 
 
 LOGS = _logs_root()

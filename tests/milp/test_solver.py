@@ -8,9 +8,9 @@ import random
 import pulp
 import pytest
 
+from synth.bounds import solver as milp
+from synth.bounds.solver import MilpOptions, MilpStatus, classify, solve, value
 from synth.core.errors import InputError
-from synth.lp import solver as milp
-from synth.lp.solver import MilpOptions, MilpStatus, classify, solve, value
 
 _HERE = milp.available_solvers()
 SOLVER = pytest.mark.parametrize(  # every test below runs on every solver PuLP has here

@@ -8,15 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from synth.bounds import solver as milp_backend
 from synth.bounds.lower_bounds import lower_bounds
+from synth.bounds.solver import MilpOptions, MilpOutcome, MilpStatus
 from synth.cli.main import main
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.core.generators import full, ring
 from synth.core.library import resolve_topology
 from synth.cost import step_time_us
-from synth.lp import solver as milp_backend
-from synth.lp.solver import MilpOptions, MilpOutcome, MilpStatus
 from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.routing import route
 from synth.milp.sketch import default_sketch, parse_sketch

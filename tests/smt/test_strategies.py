@@ -1,5 +1,8 @@
+from dataclasses import replace
 
 import pytest
+
+from tests.smt.stand_in import FeasibleSession
 
 
 def test_allreduce_frontier_with_jobs_equals_the_serial_one():
@@ -117,44 +120,19 @@ def test_splitting_a_step_keeps_the_schedule_valid(topo_name, name, budget):
     assert any(v.kind == "link_capacity" for v in verify(Schedule(schedule.topology, schedule.collective, crammed)))
 
 
-class _Oracle:
-    """A session stand-in: (S, R, C) is feasible iff R >= max(S, 2C + 1); infeasible budgets at
-    ``slow_steps`` answer TIMEOUT (the solver ran out of time), elsewhere INFEASIBLE."""
-
-    ANY_STEPS_FROM = 2
-    name = "allgather"
-    direct = False
+class _Oracle(FeasibleSession):
+    """The stand-in session, where infeasible budgets at ``slow_steps`` answer TIMEOUT (the
+    solver ran out of time) instead of INFEASIBLE."""
 
     def __init__(self, slow_steps: int, splits: bool):
-        from synth.core.generators import uring
-
-        self.original = uring(2)
+        super().__init__()
         self.slow_steps, self.steps_split_freely = slow_steps, splits
 
     def solve(self, S, R, C, time_limit, by_splits=True):
-        from types import SimpleNamespace
-
-        from synth.core.schedule import SolveResult, Status
-
-        if R >= max(S, 2 * C + 1):
-            return SolveResult(Status.SOLVED, SimpleNamespace(total_rounds=max(S, 2 * C + 1)), 0.0)
-        return SolveResult(Status.TIMEOUT if S == self.slow_steps else Status.INFEASIBLE, None, 0.0)
-
-    def fewer_steps(self, schedule, time_limit):
-        from synth.core.schedule import SolveResult, Status
-
-        return SolveResult(Status.TIMEOUT, None, 0.0, "no window to re-solve")
-
-    def rounds_floor(self, S, C):
-        return S
-
-    def rounds_floor_any_steps(self, C):
-        return 0
-
-    def collective(self, chunks):
-        from types import SimpleNamespace
-
-        return SimpleNamespace(chunks=2 * chunks)
+        result = super().solve(S, R, C, time_limit, by_splits)
+        if result.status.value == "infeasible" and S == self.slow_steps:
+            return replace(result, status=type(result.status).TIMEOUT)
+        return result
 
 
 @pytest.mark.parametrize("splits", [True, False])

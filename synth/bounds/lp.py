@@ -178,10 +178,10 @@ def _new_highs(highspy):
 
 
 def _solve_with_pulp(cost, col_upper, rows, cols, vals, row_lower, row_upper, time_limit=LP_SECONDS):
-    """The same LP through PuLP and CBC (``--solver cbc``), statuses mapped by synth.lp.solver."""
+    """The same LP through PuLP and CBC (``--solver cbc``), statuses mapped by synth.bounds.solver."""
     import pulp
 
-    from synth.lp.solver import MilpOptions, MilpStatus, solve
+    from synth.bounds.solver import MilpOptions, MilpStatus, solve
 
     prob = pulp.LpProblem("lp", pulp.LpMinimize)
     xs = [prob.add_variable(f"x{i}", lowBound=0, upBound=None if math.isinf(u) else float(u))
