@@ -51,9 +51,9 @@ _HOMES = {
     "resolve_topology": "synth.core.library",
     "make_collective": "synth.core.collectives",
     # files
-    "load_schedule": "synth.core.io",
+    "load_schedule": "synth.verify",
     "save_schedule": "synth.core.io",
-    "schedule_from_doc": "synth.core.io",
+    "schedule_from_doc": "synth.verify",
     "load_topology_file": "synth.core.io",
     "read_json": "synth.core.io",
     # errors

@@ -50,7 +50,7 @@ from fractions import Fraction
 from typing import Any, Iterable, Mapping
 
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule
+from synth.core.schedule import Schedule, Step
 from synth.core.topology import Link, Topology
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -313,42 +313,59 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
     """
     proto = protocol_of(protocol)
     rates = _rates(proto, terms, size_bytes)
-    topo, coll = schedule.topology, schedule.collective
-    b = size_bytes / coll.buffer_chunks
-    ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(coll.pre) for r in pre}
-    link_free: dict[tuple[int, int], float] = {}
-    group_free: dict[str, float] = {}
+    topo = schedule.topology
+    b = size_bytes / schedule.collective.buffer_chunks
     group_time = {g.name: b / (rates.group_bandwidth(g.bandwidth, topo.group_kind(g)) * 1e3) for g in topo.groups}
-    # key -> (alpha, time on the link, names of its groups), filled as links are first used
-    link_cost: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
-    makespan = 0.0
-    for index, step in enumerate(schedule.steps):
-        landed: dict[tuple[int, int], list[tuple[float, str]]] = {}
+    # key -> (key, alpha, time on the link, (group, time in it) per group), filled as links are first used
+    link_cost: dict[tuple[int, int], SendCost] = {}
+
+    def costs(index: int, step: Step):
         for send in step.sends:
             key = (send.src, send.dst)
             cost = link_cost.get(key)
             if cost is None:
                 link = _link(schedule, index, key)
-                cost = link_cost[key] = (rates.alpha(link.alpha, link.kind),
+                cost = link_cost[key] = (key, rates.alpha(link.alpha, link.kind),
                                          b / (rates.link_bandwidth(link.bandwidth, link.kind) * 1e3),
-                                         tuple(g.name for g in topo.groups_of_link.get(key, ())))
+                                         tuple((g.name, group_time[g.name]) for g in topo.groups_of_link.get(key, ())))
+            yield cost
+
+    makespan = event_makespan(schedule.steps, schedule.collective, costs)
+    return _call_total(proto, terms, size_bytes, makespan)
+
+
+SendCost = tuple  # (resource key, alpha, time on the link, ((group key, time in it), ...))
+
+
+def event_makespan(steps, collective, costs) -> float:
+    """The one event simulation: sends in step order, each starting when its source holds the
+    chunk and its link is free, holding the link for its time and every group it crosses for
+    theirs, landing alpha later (or when the last group is done); a step's writes land
+    together (``land``). ``costs(index, step)`` yields each send's ``SendCost`` in order;
+    resources are told apart by their keys."""
+    ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(collective.pre) for r in pre}
+    free: dict = {}
+    makespan = 0.0
+    for index, step in enumerate(steps):
+        landed: dict[tuple[int, int], list[tuple[float, str]]] = {}
+        for send, (key, alpha, took, groups) in zip(step.sends, costs(index, step)):
             start = ready.get((send.src, send.chunk))
             if start is None:
                 raise InputError(
                     f"simulate: step {index}: rank {send.src} sends chunk {send.chunk}, which it "
                     "does not hold (verify the schedule first)"
                 )
-            served = max(start, link_free.get(key, 0.0)) + cost[1]
-            link_free[key] = served
-            arrival = served + cost[0]
-            for name in cost[2]:
-                done = max(start, group_free.get(name, 0.0)) + group_time[name]
-                group_free[name] = done
+            served = max(start, free.get(key, 0.0)) + took
+            free[key] = served
+            arrival = served + alpha
+            for group, group_took in groups:
+                done = max(start, free.get(group, 0.0)) + group_took
+                free[group] = done
                 arrival = max(arrival, done)
             landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
             makespan = max(makespan, arrival)
-        land(ready, landed, coll.combining)
-    return _call_total(proto, terms, size_bytes, makespan)
+        land(ready, landed, collective.combining)
+    return makespan
 
 
 def land(ready: dict, landed: dict, combining: bool) -> None:

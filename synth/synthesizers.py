@@ -70,11 +70,13 @@ class Problem:
 
 @dataclass(frozen=True)
 class Options:
-    """How to solve: ``time_limit`` seconds per solver call (None: none); milp: ``solver``
-    (highs, cbc), ``gap``, ``threads`` and ``sketch`` (a synth.milp Sketch; None: derived);
-    ``progress``: where progress lines go."""
+    """How to solve: ``time_limit`` seconds per solver call (None: none); smt: ``direct`` (allreduce
+    by the direct encoding, reduction in flight, instead of the reduce_scatter + allgather
+    composition); milp: ``solver`` (highs, cbc), ``gap``, ``threads`` and ``sketch`` (a synth.milp
+    Sketch; None: derived); ``progress``: where progress lines go."""
 
     time_limit: float | None = 120.0
+    direct: bool = False
     solver: str | None = None
     gap: float | None = None
     threads: int | None = None
@@ -130,7 +132,7 @@ class Smt:
 
         rounds = problem.steps if problem.rounds is None else problem.rounds
         return solve_instance(problem.topology, problem.collective, problem.root, problem.steps, rounds,
-                              problem.chunks or 1, options.time_limit, options.progress or _quiet)
+                              problem.chunks or 1, options.time_limit, options.progress or _quiet, options.direct)
 
 
 class _Planner:

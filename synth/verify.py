@@ -31,9 +31,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from synth.core.errors import InvalidScheduleError
+from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send
 
 # A rank's view of one chunk: absent (nothing), or (mask, doubled): the bit set of the
@@ -380,3 +384,23 @@ class _Tables:
               + (np.arange(degree.sum()) - np.repeat(np.cumsum(degree) - degree, degree)))
         load = np.bincount(self.group_of[at], weights=np.repeat(count, degree), minlength=len(self.group_cap))
         return bool((load <= self.group_cap * rounds).all())
+
+
+# ---------------------------------------------------------------------------- files
+def load_schedule(path: str | Path, check: bool = True) -> Schedule:
+    """Read a synth.schedule v1 file; with ``check`` (the default) verify it and raise
+    InvalidScheduleError when it is invalid: every schedule read from a file is verified here."""
+    return schedule_from_doc(read_json(path), path, check)
+
+
+def schedule_from_doc(doc: Any, path: str | Path, check: bool = True) -> Schedule:
+    """A synth.schedule v1 document already read from ``path``; verified as ``load_schedule`` does."""
+    schedule = Schedule.from_dict(doc, where=str(path))
+    if check:
+        violations = verify(schedule)
+        if violations:
+            raise InvalidScheduleError(
+                f"{path}: invalid schedule, {len(violations)} violation(s); first: {violations[0]}",
+                violations,
+            )
+    return schedule

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from synth.core.io import load_schedule
-from synth.verify import verify
+from synth.verify import load_schedule, verify
 
 
 def assert_verified_synthesized(report: dict, folder: Path) -> None:

@@ -47,13 +47,13 @@ def test_each_name_is_what_its_home_module_defines(name):
 def test_verify_is_the_verifier_module_whatever_was_imported_first():
     """synth.verify is the verifier's module (DESIGN's layout: synth/verify.py); its verify
     function gives the violations."""
-    from synth.core.io import load_schedule
+    from synth.verify import load_schedule
 
     module = importlib.import_module("synth.verify")
     assert synth.verify is module
     assert synth.verify.verify(load_schedule(VALID)) == []
     out = _python("import synth\n"
-                  "from synth.core.io import load_schedule\n"
+                  "from synth.verify import load_schedule\n"
                   f"s = load_schedule({str(VALID)!r})\n"  # imports synth.verify inside
                   "print(synth.verify.verify(s), synth.verify.is_valid(s))\n")
     assert out.split() == ["[]", "True"]

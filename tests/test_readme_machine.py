@@ -9,8 +9,7 @@ import shlex
 from pathlib import Path
 
 from synth.cli.main import main
-from synth.core.io import load_schedule
-from synth.verify import verify
+from synth.verify import load_schedule, verify
 from tests.report_checks import assert_at_least_ncclS_ring, assert_verified_synthesized
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -69,7 +69,7 @@ def test_in_place_allreduce_and_allgather_round_trip():
 
 
 def test_smt_frontier_schedules_round_trip(tmp_path):
-    from synth.core.io import load_schedule
+    from synth.verify import load_schedule
 
     assert main(["pareto", "dgx1", "allgather", "-o", str(tmp_path)]) == 0
     files = sorted(tmp_path.glob("*.schedule.json"))

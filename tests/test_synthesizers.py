@@ -92,3 +92,16 @@ def test_a_schedule_that_does_not_verify_is_a_bug_at_the_one_check(monkeypatch):
             as caught:
         synthesizers.synthesize(problem, backend="greedy")
     assert caught.value.exit_code == EXIT_INTERNAL
+
+
+def test_smt_takes_allreduce_directly_as_an_option_and_composed_by_default():
+    problem = synthesizers.Problem(resolve_topology("ring:4"), "allreduce", steps=4)
+    direct = synthesizers.synthesize(problem, synthesizers.Options(time_limit=30, direct=True), backend="smt")
+    composed = synthesizers.synthesize(problem, synthesizers.Options(time_limit=30), backend="smt")
+    assert direct.status is Status.SOLVED and verify(direct.schedule) == []
+    assert "composition" not in direct.schedule.meta
+    assert composed.schedule.meta["composition"] == "reduce_scatter+allgather"
+    assert any(send.op == "reduce" for step in direct.schedule.steps for send in step.sends)
+    with pytest.raises(InputError, match="direct encoding is for allreduce"):
+        synthesizers.synthesize(synthesizers.Problem(problem.topology, "allgather", steps=3),
+                                synthesizers.Options(direct=True), backend="smt")

@@ -17,7 +17,7 @@
 - ``rounds_per_chunk``: the same LP and cuts with capacities in chunks per round, divided by
   chunks_per_rank (k-synchronous model); None when capacities are not whole.
 - Combining collectives. Every chunk's post a single rank (reduce_scatter, reduce): the bound
-  of the dual (``dual_collective``) on ``topology.reversed()``, which equals the direct
+  of the dual (``synth.core.reductions.DUAL``) on ``topology.reversed()``, which equals the direct
   relaxation (every contribution must reach the destination).
   Allreduce (pre = post = all ranks) reports the *conventional* limit of nccl-tests busbw and
   ForestColl: reduce-scatter + allgather, i.e. the RS bound plus the AG bound for the same
@@ -54,8 +54,8 @@ from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
 from synth.bounds.flow import Demand, flow_lp, flow_variables
 from synth.bounds.steps import latency_floor, steps_bound
 from synth.core.collective import Collective
+from synth.core.reductions import DUAL, Part
 from synth.core.topology import Topology
-from synth.core.transforms import dual_collective
 
 _LP = "flow LP (multi-commodity relaxation)"
 FLOW_LP_LIMIT = 20_000  # flow variables; HiGHS needs ~0.4 s at 14k, 10-20 s at 50k
@@ -168,7 +168,8 @@ def _is_allreduce(coll: Collective) -> bool:
 
 def _limit(topo: Topology, coll: Collective, max_flow_vars: int, symmetry=None) -> Limit:
     if coll.combining and all(len(p) == 1 for p in coll.post):
-        dual = _direct_limit(topo.reversed(), dual_collective(coll), max_flow_vars, symmetry)
+        (part,) = DUAL.apply(Part.of(topo, coll))
+        dual = _direct_limit(part.topology, part.collective, max_flow_vars, symmetry)
         return Limit(dual.full, dual.links, dual.rounds, _flip(dual.binding),
                       _flip(dual.rounds_binding), f"{dual.method}, for the dual on the reversed topology")
     return _direct_limit(topo, coll, max_flow_vars, symmetry)

@@ -113,8 +113,8 @@ def _proven_limit(proven: dict) -> str:
 def cmd_cost(args) -> int:
     """One cost table per file; with several files (one collective, one rank count) a last line
     compares the first with each other at every size, each at the same protocol choice."""
-    from synth.core.io import load_schedule
     from synth.cost import parse_sizes
+    from synth.verify import load_schedule
 
     sizes = parse_sizes(args.sizes)
     terms = terms_of(args)

@@ -22,8 +22,6 @@ from pathlib import Path
 
 from synth.core.errors import InputError
 
-FORMATS = ("msccl-xml", "program-json")
-DEFAULT_RUNTIME = "executor"  # for msccl-xml when --runtime is not given
 DEFAULT_PROTOCOL = "Simple"
 
 
@@ -42,6 +40,7 @@ def _protocol(text: str) -> str:
 
 def add_export_parser(sub) -> None:
     """Add ``export`` to ``sub`` (cli.py's subparsers action)."""
+    from synth.exporters import EXPORTERS
     from synth.lower.lowering import CHANNEL_POLICIES
     from synth.msccl.profiles import RUNTIMES
     from synth.program.ir import PROTOCOL_NAMES, PROTOCOLS
@@ -50,10 +49,11 @@ def add_export_parser(sub) -> None:
                                       "MSCCL XML or synth.program JSON")
     p.add_argument("schedule", help="a synth.schedule file (verified on load), or a synth.selection file "
                                     "(synth report's selection.json: -o is then a folder, one file per size range)")
-    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--format", required=True, choices=tuple(EXPORTERS),
+                   help="; ".join(f"{e.name}: {e.description}" for e in EXPORTERS.values()))
+    defaults = "; ".join(f"{e.name} default: {e.default_runtime or 'none'}" for e in EXPORTERS.values())
     p.add_argument("--runtime", choices=RUNTIMES, type=str.lower,
-                   help=f"MSCCL runtime whose limits apply (msccl-xml default: {DEFAULT_RUNTIME}; "
-                        "program-json default: none)")
+                   help=f"MSCCL runtime whose limits apply ({defaults})")
     p.add_argument("--protocol", "--proto", dest="protocol", type=_protocol, metavar="PROTOCOL",
                    help=f"protocol: {', '.join(PROTOCOL_NAMES)} or MSCCL's {', '.join(PROTOCOLS)}, any case "
                         f"(default {DEFAULT_PROTOCOL}; a selection names it per range)")
@@ -123,11 +123,12 @@ def _read_input(path: str):
 
 def cmd_export(args) -> int:
     """Export one schedule to the file ``-o``, or a selection to the folder ``-o``; the exit code."""
-    from synth.core.io import schedule_from_doc, write_text_atomic
-    from synth.exporters import export_schedule
+    from synth.core.io import write_text_atomic
+    from synth.exporters import export_schedule, exporter
     from synth.exporters.selection import is_selection
+    from synth.verify import schedule_from_doc
 
-    runtime = args.runtime or (DEFAULT_RUNTIME if args.format == "msccl-xml" else None)
+    runtime = exporter(args.format).runtime(args.runtime)
     options = _options(args, runtime)
     doc = _read_input(args.schedule)
     if is_selection(doc):
@@ -146,11 +147,11 @@ def cmd_export(args) -> int:
 
 
 def _marked(text: str, fmt: str, runtime: str | None) -> str:
-    """MSCCL XML says which runtime it was written for, in a comment before ``<algo>`` (what
-    ``synth check`` judges by default); a synth.program JSON says it in meta.lowering.runtime."""
-    from synth.msccl.target import mark
+    """The file names the runtime it was written for where its format needs it (MSCCL XML: a
+    comment before ``<algo>``, what ``synth check`` judges by default)."""
+    from synth.exporters import exporter
 
-    return mark(text, runtime) if fmt == "msccl-xml" and runtime else text
+    return exporter(fmt).marked(text, runtime)
 
 
 def _calibrated(args, schedule, options):

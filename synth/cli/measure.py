@@ -126,8 +126,8 @@ def alternatives(topology, collective: str, folder: str | None) -> list:
     from pathlib import Path
 
     from synth.baselines import BaselineNotApplicable, registry
-    from synth.core.io import load_schedule
     from synth.cost import step_loads
+    from synth.verify import load_schedule
 
     out = []
     if folder is not None:  # first: a file ties with a classic algorithm as its name

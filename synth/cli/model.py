@@ -175,8 +175,7 @@ def _ranks_of_file(spec: str) -> int:
 
 
 def cmd_verify(args) -> int:
-    from synth.core.io import load_schedule
-    from synth.verify import verify
+    from synth.verify import load_schedule, verify
 
     schedule = load_schedule(args.file, check=False)
     violations = verify(schedule)

@@ -27,6 +27,9 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--steps", type=int)
     p.add_argument("--rounds", type=int, help="total rounds (default: = steps)")
     p.add_argument("--chunks", type=int, help="chunks per rank (default 1; milp: the sketch's chunk_up)")
+    p.add_argument("--direct", action="store_true",
+                   help="smt, allreduce: the direct encoding (reduction in flight) instead of reduce_scatter + "
+                        "allgather")
     add_calibration_option(p, "also report the schedule's time under a runtime's terms at --size (a "
                               "synth.calibration file, or 'default'); the search itself uses the contract model")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
@@ -82,7 +85,7 @@ def cmd_solve(args) -> int:
     backend = synthesizers.choose(problem, args.backend)
     _reject_foreign_options(args, backend.name)
     options = synthesizers.Options(time_limit=args.time_limit, solver=args.solver, gap=args.gap,
-                                   threads=args.threads, sketch=sketch, progress=progress)
+                                   threads=args.threads, sketch=sketch, progress=progress, direct=args.direct)
     result = synthesizers.synthesize(problem, options, backend.name)
     if result.schedule is None:
         return _report_unsolved(result, _what(problem))
@@ -119,7 +122,9 @@ def _sketch_file(args, topo):
 
 
 def _reject_foreign_options(args, backend: str) -> None:
-    """Options only the milp backend reads are errors with the others."""
+    """Options only one backend reads are errors with the others."""
+    if args.direct and backend != "smt":
+        raise InputError("--direct applies to --backend smt (allreduce with --steps)")
     if backend == "milp":
         return
     for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),

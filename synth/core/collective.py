@@ -23,27 +23,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# nccl-tests busbw factors, as a function of the rank count n.
-_BUSBW = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "alltoallv": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
-
-
 def busbw_factor(name: str, ranks: int) -> float:
     """nccl-tests busbw factor of collective ``name`` on ``ranks`` ranks (1.0 where it names none).
 
     >>> busbw_factor("allreduce", 8), busbw_factor("broadcast", 8)
     (1.75, 1.0)
     """
-    return _BUSBW.get(name, lambda n: 1.0)(ranks)
+    from synth.core.collectives import kind_of  # the facts live on the collective kinds
+
+    kind = kind_of(name)
+    return 1.0 if kind is None else kind.busbw(ranks)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ frozenset({2})
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from synth.core.collective import Collective
 from synth.core.errors import CollectiveError, InputError
@@ -112,33 +113,71 @@ def _check_root(n: int, root: int) -> None:
         raise CollectiveError(f"root {root} out of range 0..{n - 1}")
 
 
+def _all_but_one(n: int) -> float:
+    return (n - 1) / n
+
+
+def _twice_all_but_one(n: int) -> float:
+    return 2 * (n - 1) / n
+
+
+def _one(n: int) -> float:
+    return 1.0
+
+
 @dataclass(frozen=True)
 class CollectiveKind:
-    """One entry of the collective registry."""
+    """One kind of collective and every fact about it: how to build it (``builder``; None: from a
+    file), whether it has a root, whether it reduces, nccl-tests' busbw factor on n ranks, and
+    how runtimes spell it where they differ from ``name`` (``runtime_names``: runtime -> spelling).
+
+    >>> KINDS["reduce_scatter"].spelled_for("rccl"), KINDS["reduce_scatter"].busbw(8)
+    ('reducescatter', 0.875)
+    """
 
     name: str
-    builder: Callable[..., Collective]
+    builder: Callable[..., Collective] | None
     rooted: bool
     description: str
+    combining: bool
+    busbw: Callable[[int], float]
+    runtime_names: Mapping[str, str] = field(default_factory=dict)
+
+    def spelled_for(self, runtime: str) -> str:
+        return self.runtime_names.get(runtime, self.name)
 
 
-REGISTRY: dict[str, CollectiveKind] = {
-    kind.name: kind
-    for kind in (
-        CollectiveKind("allgather", allgather, False, "every rank's chunks end on every rank"),
-        CollectiveKind("reduce_scatter", reduce_scatter, False, "chunk r*C+i, reduced over all ranks, ends on rank r"),
-        CollectiveKind("allreduce", allreduce, False, "every chunk reduced over all ranks, on every rank"),
-        CollectiveKind("alltoall", alltoall, False, "chunk (s,d) goes from rank s to rank d"),
-        CollectiveKind("broadcast", broadcast, True, "the root's chunks end on every rank"),
-        CollectiveKind("reduce", reduce, True, "every chunk reduced over all ranks, on the root"),
-        CollectiveKind("gather", gather, True, "every rank's chunks end on the root"),
-        CollectiveKind("scatter", scatter, True, "the root's chunk r*C+i ends on rank r"),
-    )
-}
 FILE_KINDS = {
     "alltoallv": "alltoallv:FILE - per-pair chunk counts from a traffic matrix (MoE dispatch)",
     "custom": "custom:FILE - explicit pre/post from a synth.collective JSON file",
 }
+_MSCCL_REDUCE_SCATTER = MappingProxyType({"executor": "reducescatter", "rccl": "reducescatter"})
+_NCCL_TESTS = "nccl-tests"  # its binaries are called SPELLING_perf
+REGISTRY: dict[str, CollectiveKind] = {  # the kinds built from a name
+    kind.name: kind
+    for kind in (
+        CollectiveKind("allgather", allgather, False, "every rank's chunks end on every rank", False, _all_but_one,
+                       MappingProxyType({_NCCL_TESTS: "all_gather"})),
+        CollectiveKind("reduce_scatter", reduce_scatter, False, "chunk r*C+i, reduced over all ranks, ends on rank r",
+                       True, _all_but_one, _MSCCL_REDUCE_SCATTER),
+        CollectiveKind("allreduce", allreduce, False, "every chunk reduced over all ranks, on every rank", True,
+                       _twice_all_but_one, MappingProxyType({_NCCL_TESTS: "all_reduce"})),
+        CollectiveKind("alltoall", alltoall, False, "chunk (s,d) goes from rank s to rank d", False, _all_but_one),
+        CollectiveKind("broadcast", broadcast, True, "the root's chunks end on every rank", False, _one),
+        CollectiveKind("reduce", reduce, True, "every chunk reduced over all ranks, on the root", True, _one),
+        CollectiveKind("gather", gather, True, "every rank's chunks end on the root", False, _all_but_one),
+        CollectiveKind("scatter", scatter, True, "the root's chunk r*C+i ends on rank r", False, _all_but_one),
+    )
+}
+KINDS: dict[str, CollectiveKind] = {  # every kind with facts: the named ones and alltoallv from a file
+    **REGISTRY,
+    "alltoallv": CollectiveKind("alltoallv", None, False, FILE_KINDS["alltoallv"], False, _all_but_one),
+}
+
+
+def kind_of(name: str) -> CollectiveKind | None:
+    """The kind called ``name`` (None: a custom collective, which has no facts beyond its file)."""
+    return KINDS.get(name)
 
 
 def known_names() -> list[str]:

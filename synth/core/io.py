@@ -25,7 +25,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from synth.core.errors import InputError, InvalidScheduleError
+from synth.core.errors import InputError
 from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
@@ -291,26 +291,6 @@ def _swap_in(new: Path, folder: Path) -> None:
 
 def load_topology_file(path: str | Path) -> Topology:
     return Topology.from_dict(read_json(path), where=str(path))
-
-
-def load_schedule(path: str | Path, check: bool = True) -> Schedule:
-    """Read a synth.schedule v1 file; with ``check`` raise InvalidScheduleError if it is invalid."""
-    return schedule_from_doc(read_json(path), path, check)
-
-
-def schedule_from_doc(doc: Any, path: str | Path, check: bool = True) -> Schedule:
-    """A synth.schedule v1 document already read from ``path``; verified as ``load_schedule`` does."""
-    schedule = Schedule.from_dict(doc, where=str(path))
-    if check:
-        from synth.verify import verify
-
-        violations = verify(schedule)
-        if violations:
-            raise InvalidScheduleError(
-                f"{path}: invalid schedule, {len(violations)} violation(s); first: {violations[0]}",
-                violations,
-            )
-    return schedule
 
 
 def save_schedule(path: str | Path, schedule: Schedule) -> None:

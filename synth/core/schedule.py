@@ -84,7 +84,7 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, doc: Any, where: str = "schedule") -> "Schedule":
-        """Parse a synth.schedule v1 document (no verification; see io.load_schedule)."""
+        """Parse a synth.schedule v1 document (no verification; see synth.verify.load_schedule)."""
         if not isinstance(doc, dict):
             raise ScheduleFormatError(f"{where}: expected a JSON object")
         if doc.get("format") != SCHEDULE_FORMAT:

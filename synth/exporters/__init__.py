@@ -1,17 +1,44 @@
-"""Exporters: a Program -> text in one on-disk format.
+"""Exporters: a Program -> text in one on-disk format, each described once by an ``Exporter``.
 
-``EXPORTERS`` maps a format name to (description, function(program, runtime) -> text);
+``EXPORTERS`` maps a format name to its record: what it writes, the file suffix, how it renders
+a program for a runtime, the runtime it targets when none is given, and how a file names the
+runtime it was written for. ``synth export`` (its ``--format`` choices and defaults) and the
+selection exporter (file names, which files an earlier export wrote) derive from these records.
 ``export_schedule`` lowers a schedule and renders it in one step.
 
->>> sorted(EXPORTERS)
-['msccl-xml', 'program-json']
+>>> sorted(EXPORTERS), EXPORTERS["msccl-xml"].suffix, EXPORTERS["msccl-xml"].default_runtime
+(['msccl-xml', 'program-json'], '.xml', 'executor')
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
-from synth.program.ir import Program
+if TYPE_CHECKING:  # the program model is imported where an exporter runs: building the CLI stays light
+    from synth.program.ir import Program
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """One on-disk format: ``render(program, runtime) -> text``; ``mark(text, runtime) -> text``
+    names the runtime in the file where the format needs it said outside the program (None: the
+    rendered text already says it, or the format has no runtime)."""
+
+    name: str
+    description: str
+    suffix: str
+    render: Callable[[Program, str | None], str]
+    default_runtime: str | None = None
+    mark: Callable[[str, str], str] | None = None
+
+    def runtime(self, given: str | None) -> str | None:
+        """The runtime a file is written for: the one given, else the format's default."""
+        return given or self.default_runtime
+
+    def marked(self, text: str, runtime: str | None) -> str:
+        """``text`` as written to disk: with the runtime named where the format needs it."""
+        return self.mark(text, runtime) if self.mark is not None and runtime else text
 
 
 def _msccl_xml(program: Program, runtime: str | None) -> str:
@@ -20,24 +47,42 @@ def _msccl_xml(program: Program, runtime: str | None) -> str:
     return program_to_xml(program, runtime or "executor")
 
 
+def _mark_msccl(text: str, runtime: str) -> str:
+    from synth.msccl.target import mark
+
+    return mark(text, runtime)
+
+
 def _program_json(program: Program, runtime: str | None) -> str:
     from synth.program.document import program_to_json
 
-    return program_to_json(program)
+    return program_to_json(program)  # the runtime is in the program's meta.lowering
 
 
-EXPORTERS: dict[str, tuple[str, Callable[[Program, str | None], str]]] = {
-    "msccl-xml": ("MSCCL algorithm XML (legacy msccl, msccl-executor-nccl, RCCL)", _msccl_xml),
-    "program-json": ("synth.program v1 JSON (thread blocks, ops, dependencies)", _program_json),
+EXPORTERS: dict[str, Exporter] = {
+    exporter.name: exporter
+    for exporter in (
+        Exporter("msccl-xml", "MSCCL algorithm XML (legacy msccl, msccl-executor-nccl, RCCL)", ".xml", _msccl_xml,
+                 default_runtime="executor", mark=_mark_msccl),
+        Exporter("program-json", "synth.program v1 JSON (thread blocks, ops, dependencies)", ".program.json",
+                 _program_json),
+    )
 }
+
+
+def exporter(fmt: str) -> Exporter:
+    """The record of format ``fmt``; InputError naming the known ones otherwise."""
+    from synth.core.errors import InputError
+
+    if fmt not in EXPORTERS:
+        raise InputError(f"unknown export format {fmt!r}; known: {', '.join(EXPORTERS)}")
+    return EXPORTERS[fmt]
 
 
 def export_schedule(schedule, fmt: str, options) -> tuple[str, Program]:
     """(file text, program) for ``schedule`` lowered with ``options`` (a LoweringOptions) in format ``fmt``."""
-    from synth.core.errors import InputError
     from synth.lower.lowering import lower
 
-    if fmt not in EXPORTERS:
-        raise InputError(f"unknown export format {fmt!r}; known: {', '.join(EXPORTERS)}")
+    record = exporter(fmt)
     program = lower(schedule, options)
-    return EXPORTERS[fmt][1](program, options.runtime), program
+    return record.render(program, options.runtime), program

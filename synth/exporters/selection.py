@@ -30,15 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from synth.core.errors import InputError
+from synth.exporters import EXPORTERS, export_schedule, exporter
 from synth.program.ir import PROTOCOL_NAMES, Program, msccl_protocol
 
 SELECTION_FORMAT = "synth.selection"  # written by synth.report.render.selection_doc
 SELECTION_VERSION = 1
 DEFAULT_PROTOCOL = "Simple"  # for ranges of selections written before protocols were named
-SUFFIXES = {"msccl-xml": ".xml", "program-json": ".program.json"}
 MAX_LABEL_CHARS = 40  # of the label's slug in a file name
-EXPORT_NAME_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.\d{2,}\.[a-z0-9-]+\.\d+-(\d+|inf)"
-                            r"(\.xml|\.program\.json)")
+EXPORT_STEM = r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.\d{2,}\.[a-z0-9-]+\.\d+-(\d+|inf)"  # file_name's, before the suffix
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,7 @@ def load_schedules(selection: Selection) -> tuple:
 def _load(selection: Selection, rng: SizeRange, path: Path):
     """The verified schedule at ``path``; its errors keep their kind and say which range names it."""
     from synth.core.errors import InvalidScheduleError
-    from synth.core.io import load_schedule
+    from synth.verify import load_schedule
 
     try:
         return load_schedule(path)
@@ -198,12 +197,13 @@ def file_name(selection: Selection, rng: SizeRange, fmt: str) -> str:
     """``{collective}.{topology}.{index:02d}.{label}.{min}-{max|inf}`` plus the format's suffix."""
     high = "inf" if rng.max_bytes is None else str(rng.max_bytes)
     return (f"{_safe(selection.collective)}.{_safe(selection.topology)}.{rng.index:02d}.{_slug(rng.label)}."
-            f"{rng.min_bytes}-{high}{SUFFIXES[fmt]}")
+            f"{rng.min_bytes}-{high}{exporter(fmt).suffix}")
 
 
 def is_export_name(name: str) -> bool:
     """Whether ``name`` is a file name ``file_name`` makes (a file an earlier export wrote)."""
-    return EXPORT_NAME_RE.fullmatch(name) is not None
+    suffixes = "|".join(re.escape(e.suffix) for e in EXPORTERS.values())
+    return re.fullmatch(f"{EXPORT_STEM}({suffixes})", name) is not None
 
 
 def program_name(selection: Selection, rng: SizeRange) -> str:
@@ -214,10 +214,7 @@ def program_name(selection: Selection, rng: SizeRange) -> str:
 def export_selection(selection: Selection, schedules: tuple, fmt: str, options) -> tuple[ExportedFile, ...]:
     """One file per range: ``schedules[i]`` lowered with ``options`` (a LoweringOptions; its protocol,
     byte range and name are the range's); InputError naming the selection and range otherwise."""
-    from synth.exporters import export_schedule
-
-    if fmt not in SUFFIXES:
-        raise InputError(f"unknown export format {fmt!r}; known: {', '.join(SUFFIXES)}")
+    exporter(fmt)  # an unknown format is one line before any work
     out = []
     for rng, schedule in zip(selection.ranges, schedules):
         ranged = replace(options, protocol=rng.protocol, min_bytes=rng.min_bytes, max_bytes=rng.max_bytes,

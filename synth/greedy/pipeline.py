@@ -7,7 +7,7 @@ chunks per link and group (one round). Sends are chosen greedily, scarcest resou
   2. chunks moving inside a machine, rarest-in-the-machine first, over the least-used links.
 When the slow resource (a NIC) is busy in every step and the fast ones (NVLink, NVSwitch ports)
 keep up, the step count approaches the rounds bound and the schedule the bandwidth limit.
-Reduce-scatter is the dual on the reversed topology; allreduce is reduce_scatter + allgather.
+Combining collectives go through ``synth.core.reductions`` (duals, the allreduce composition).
 On a machine whose bandwidths are not whole multiples the rounds are planned on
 ``synth.core.planning.planning_view`` and the schedule returned runs on the machine itself.
 
@@ -27,9 +27,9 @@ from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.core.planning import on_machine, planning_view
+from synth.core.reductions import solve_reduced
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
-from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.greedy.nic_matching import plan_crossings
 from synth.verify import verify
 
@@ -379,18 +379,12 @@ def _closer(topology: Topology, rank: int, holders: set[int], needers: set[int])
 
 
 def pipelined(topology: Topology, name: str, chunks: int, root: int | None = None) -> Schedule:
-    """Greedy pipelined schedule for any standard collective with ``chunks`` chunks per rank."""
+    """Greedy pipelined schedule for any standard collective with ``chunks`` chunks per rank
+    (combining ones through ``synth.core.reductions``: duals and the allreduce composition)."""
     coll = make_collective(name, topology.ranks, root=root, chunks=chunks)
-    if name == "allreduce":
-        rs = pipelined(topology, "reduce_scatter", chunks)
-        ag = pipelined(topology, "allgather", chunks)
-        schedule = compose(rs, ag, coll)
-    elif coll.combining:
-        forward = greedy_schedule(topology.reversed(), dual_collective(coll))
-        dual = dual_schedule(forward)
-        schedule = Schedule(topology, coll, dual.steps, dual.meta)
-    else:
+    if not coll.combining:
         return greedy_schedule(topology, coll)
+    schedule = solve_reduced(topology, coll, lambda part: greedy_schedule(part.topology, part.collective))
     _check(schedule)
     return schedule
 

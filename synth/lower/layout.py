@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from synth.core.collectives import kind_of
 from synth.core.errors import InputError
 
 Loc = tuple[str, int]  # (buffer letter, chunk offset)
@@ -29,10 +30,6 @@ class Layout:
     inplace: bool
 
 
-_COMBINING = {"allreduce": True, "reduce": True, "reduce_scatter": True, "allgather": False,
-              "gather": False, "scatter": False, "broadcast": False, "alltoall": False}
-
-
 def buffer_layout(coll, inplace: bool = False) -> Layout:
     """MSCCL's buffer layout for ``coll`` (section 3 of the format reference); InputError when
     the collective has none or its chunks are not numbered as synth.core.collectives numbers them."""
@@ -46,7 +43,8 @@ def buffer_layout(coll, inplace: bool = False) -> Layout:
     def bad(why: str) -> InputError:
         return InputError(f"cannot lower {name} ({n} ranks, {k} chunks): {why}")
 
-    if name in _COMBINING and _COMBINING[name] != coll.combining:
+    kind = kind_of(name)
+    if kind is not None and kind.combining != coll.combining:
         raise bad("its 'combining' flag does not match the collective")
     if name in ("allgather", "gather", "reduce_scatter", "scatter"):
         if k % n:

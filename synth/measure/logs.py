@@ -188,7 +188,12 @@ def collective_name(test: str) -> str:
     >>> collective_name("all_reduce_perf"), collective_name("reduce_scatter_perf"), collective_name("alltoall_perf")
     ('allreduce', 'reduce_scatter', 'alltoall')
     """
+    from synth.core.collectives import KINDS  # the spellings are facts of the collective kinds
+
     base = test.rsplit("/", 1)[-1].removesuffix("_perf")
+    named = {kind.spelled_for("nccl-tests"): kind.name for kind in KINDS.values()}
+    if base in named:
+        return named[base]
     return "all" + base[len("all_"):] if base.startswith("all_") else base
 
 

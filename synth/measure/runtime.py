@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from synth.baselines.nccl_model import BASE_US, HW_US
+from synth.core.collective import busbw_factor
 from synth.core.errors import InputError
 from synth.core.subset import sub_topology
 from synth.core.topology import Topology
@@ -45,10 +46,7 @@ from synth.measure.calibration import TRANSPORTS, Calibration
 SHARE = {"ll": 0.5, "ll128": 120 / 128, "simple": 1.0}
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
 TREE_CHANNELS = 16
-BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
-              "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
-COLLECTIVES = tuple(BUS_FACTOR)
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce")  # what it models
 
 
 @dataclass(frozen=True)
@@ -97,12 +95,12 @@ def launch_us(launch: Launch, cal: Calibration) -> float:
 def nccl_options(machine: Machine, collective: str, size: float, cal: Calibration, launch: Launch,
                  transport: str = "ib") -> list[Choice]:
     """Every option NCCL considers here, each with its modelled time (launch floor included)."""
-    if collective not in BUS_FACTOR:
+    if collective not in COLLECTIVES:
         raise InputError(f"the runtime model covers {', '.join(COLLECTIVES)}, not {collective}")
     if transport not in TRANSPORTS:
         raise InputError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")
     floor = launch_us(launch, cal)
-    factor = BUS_FACTOR[collective](machine.ranks)
+    factor = busbw_factor(collective, machine.ranks)
     options = []
     for algorithm in _algorithms(machine, collective):
         bus = _bus_gbps(machine, algorithm, collective, cal)
@@ -152,7 +150,7 @@ def _bus_gbps(machine: Machine, algorithm: str, collective: str, cal: Calibratio
         return (machine.ring_gbps if algorithm == "ring" else machine.tree_gbps) * intra
     if algorithm == "ring":
         return min(machine.ring_gbps * intra, net)
-    factor = BUS_FACTOR[collective](machine.ranks)
+    factor = busbw_factor(collective, machine.ranks)
     return min(machine.gpu_gbps * intra, net, TREE_CHANNELS * cal.get("tree_channel_gbps")) * factor
 
 
@@ -202,7 +200,7 @@ def _ideal_bus(topology: Topology, algorithm: str, collective: str) -> float:
     size = float(1 << 30)
     loads = step_loads(registry()[algorithm].make(topology, collective, None, None, size))
     slope = (loads.time_us(size) - loads.time_us(0.0)) / size
-    return round(BUS_FACTOR[collective](topology.ranks) / (slope * 1e3), 6)
+    return round(busbw_factor(collective, topology.ranks) / (slope * 1e3), 6)
 
 
 def _port_gbps(topology: Topology) -> float:

@@ -29,7 +29,7 @@ set was measured, see ``DEFAULT_CUTS``): empty steps last; the first steps-bound
 S-step flow LP of ``bounds_steps`` as ``sum q - sum used >= ceil(L * (LP(S) - S))`` (pad the
 schedule to S steps of >= 1 round); objective >= the time bound; interchangeable chunks sorted.
 
-Combining collectives run as duals (``synth.core.transforms``): reduce_scatter / reduce are the
+Combining collectives go through ``synth.core.reductions``: reduce_scatter / reduce are the
 dual of allgather / broadcast on ``topology.reversed()``; allreduce (``best_exact`` only) is
 the best reduce_scatter followed by the best allgather.
 
@@ -48,6 +48,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import pulp
@@ -58,10 +59,10 @@ from synth.bounds.step_lp import step_rounds_bound
 from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
+from synth.core.reductions import COMPOSITION, DUAL, Part, Reduction, solve_reduced
 from synth.core.schedule import Schedule, Send, Status, Step
 from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
-from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.cost import step_time_us
 from synth.verify import verify
 
@@ -148,18 +149,29 @@ def exact_schedule(
     if unknown:
         raise InputError(f"unknown cuts {sorted(unknown)}; known: {sorted(CUTS)}")
     collective.check_on(topology)
-    if collective.combining:
-        if not all(len(p) == 1 for p in collective.post):
-            raise InputError(f"exact_schedule: {collective.name} has no single dual; use best_exact (allreduce)")
-        result = exact_schedule(topology.reversed(), dual_collective(collective), steps, size_bytes,
-                                time_limit, solver, objective, cuts, cutoff, rotation)
-        if result.schedule is None:
-            return result
-        back = dual_schedule(result.schedule)
-        back = back.with_meta(**{**result.schedule.meta, "dual": "run backwards as reductions"})
-        _check(back)
-        return ExactResult(result.status, back, result.objective, result.seconds,
-                           step_time_us(back, size_bytes), result.binaries)
+    if collective.combining and not all(len(p) == 1 for p in collective.post):
+        raise InputError(f"exact_schedule: {collective.name} has no single dual; use best_exact (allreduce)")
+    return solve_reduced(topology, collective,
+                         lambda part: _exact_forward(part.topology, part.collective, steps, size_bytes, options,
+                                                     objective, cuts, cutoff, rotation),
+                         partial(_join_dual, size_bytes=size_bytes))
+
+
+def _join_dual(reduction: Reduction, part: Part, answers: list[ExactResult], size_bytes: float) -> ExactResult:
+    """The dual's result run backwards as reductions (``synth.core.reductions``), verified."""
+    (result,) = answers
+    if result.schedule is None:
+        return result
+    back = reduction.invert(part, [result.schedule])
+    back = back.with_meta(**{**result.schedule.meta, "dual": "run backwards as reductions"})
+    _check(back)
+    return ExactResult(result.status, back, result.objective, result.seconds, step_time_us(back, size_bytes),
+                       result.binaries)
+
+
+def _exact_forward(topology, collective, steps, size_bytes, options, objective, cuts, cutoff,
+                   rotation) -> ExactResult:
+    """The model of a non-combining collective, solved."""
     model = _Model(topology, collective, steps, size_bytes, objective, cuts, cutoff, rotation)
     if model.impossible:
         return ExactResult(Status.INFEASIBLE, None, None, 0.0, None, 0)
@@ -418,7 +430,8 @@ def count_binaries(topology: Topology, collective: Collective, steps: int) -> in
     """Binaries of the instance (sends after pruning, plus one per step), without building it;
     0 when it is impossible in ``steps`` steps."""
     if collective.combining:
-        topology, collective = topology.reversed(), dual_collective(collective)
+        (part,) = DUAL.apply(Part.of(topology, collective))
+        topology, collective = part.topology, part.collective
     keys = _candidate_sends(topology, collective, steps)
     return 0 if keys is None else len(keys) + steps
 
@@ -461,14 +474,16 @@ def best_exact(
         best: tuple[float, Schedule] | None = None
         attempts: list[Attempt] = []
         for chunks in range(1, max_chunks + 1):
-            parts = [_search(topology, name, None, size_bytes, [chunks], max_steps, time_limit, solver,
-                             objective, max_binaries, progress, attempts, rotation, clock)
-                     for name in ("reduce_scatter", "allgather")]
-            if any(p is None for p in parts):
-                continue
+            def best_part(part: Part, chunks: int = chunks) -> Schedule | None:
+                found = _search(topology, part.collective.name, None, size_bytes, [chunks], max_steps, time_limit,
+                                solver, objective, max_binaries, progress, attempts, rotation, clock)
+                return None if found is None else found[1]
+
             whole = make_collective("allreduce", topology.ranks, chunks=chunks)
-            schedule = compose(parts[0][1], parts[1][1], whole).with_meta(
-                composition="reduce_scatter+allgather", steps=len(parts[0][1].steps) + len(parts[1][1].steps))
+            schedule = solve_reduced(topology, whole, best_part, solves=_not_allreduce)  # parts: their own duals
+            if schedule is None:
+                continue
+            schedule = schedule.with_meta(composition=COMPOSITION.name, steps=len(schedule.steps))
             _check(schedule)
             cost = step_time_us(schedule, size_bytes)
             if best is None or cost < best[0] - 1e-9:
@@ -482,6 +497,11 @@ def best_exact(
                     max_steps, time_limit, solver, objective, max_binaries, progress, attempts, rotation, clock)
     return BestExact(None if found is None else found[1], None if found is None else found[0],
                      lower_bounds(topology, base).time_us(size_bytes), tuple(attempts))
+
+
+def _not_allreduce(collective: Collective) -> bool:
+    """What ``_search`` solves itself: every collective but allreduce (combining ones as duals)."""
+    return not COMPOSITION.applies(collective)
 
 
 class _Budget:

@@ -27,10 +27,9 @@ True
 
 from __future__ import annotations
 
-from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule
-from synth.cost import StepLoads, effective_link, land, protocol_of
+from synth.cost import StepLoads, effective_link, event_makespan, protocol_of
 from synth.cost import simulate_us as full_simulate_us
 
 
@@ -59,37 +58,19 @@ def orbit_simulate_us(quotient: Quotient, rep: Schedule, size_bytes: float, prot
     if any(mult > 1 for row in res.of_orbit for _, mult in row):
         return full_simulate_us(quotient.expand(rep), size_bytes, protocol)
     proto = protocol_of(protocol)
-    coll = rep.collective
-    b = size_bytes / coll.buffer_chunks
+    b = size_bytes / rep.collective.buffer_chunks
     bwf = proto.bandwidth_factor
     links = quotient.topology.links
-    ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(coll.pre) for r in pre}
-    free: dict[int, float] = {}
-    cost: dict[int, tuple[float, float, tuple[tuple[int, float], ...]]] = {}
-    makespan = 0.0
-    for index, step in enumerate(rep.steps):
-        landed: dict[tuple[int, int], list[tuple[float, str]]] = {}
-        orbit_of = quotient.link_orbit[quotient.link_indices(step.sends)].tolist() if step.sends else []
-        for send, o in zip(step.sends, orbit_of):
+    cost: dict[int, tuple] = {}
+
+    def costs(index, step):
+        for o in quotient.link_orbit[quotient.link_indices(step.sends)].tolist() if step.sends else []:
             terms = cost.get(o)
             if terms is None:
                 alpha, bandwidth = effective_link(links[int(quotient.orbit_link[o])], proto)
-                terms = cost[o] = (alpha, b / (bandwidth * 1e3),
+                terms = cost[o] = (o, alpha, b / (bandwidth * 1e3),
                                    tuple((r, b / (float(res.bandwidth[r]) * bwf * 1e3))
                                          for r, _ in res.of_orbit[o] if res.is_group[r]))
-            start = ready.get((send.src, send.chunk))
-            if start is None:
-                raise InputError(f"simulate: step {index}: rank {send.src} sends chunk {send.chunk}, "
-                                 "which it does not hold (verify the schedule first)")
-            served = max(start, free.get(o, 0.0)) + terms[1]
-            free[o] = served
-            arrival = served + terms[0]
-            for r, took in terms[2]:
-                done = max(start, free.get(r, 0.0)) + took
-                free[r] = done
-                arrival = max(arrival, done)
-            landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
-            makespan = max(makespan, arrival)
-        land(ready, landed, coll.combining)
-    return makespan + proto.base_us
+            yield terms
 
+    return event_makespan(rep.steps, rep.collective, costs) + proto.base_us

@@ -38,10 +38,10 @@ from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.planning import on_machine, planning_view
+from synth.core.reductions import DUAL, Part, Reduction, solve_reduced
 from synth.core.schedule import Schedule, Status
 from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
-from synth.core.transforms import compose, dual_collective, dual_schedule
 from synth.cost import format_size, simulate_us, step_time_us
 from synth.milp.exact import best_exact
 from synth.milp.hoist import hoist_sends
@@ -123,26 +123,55 @@ class _Draft:
     plans: tuple[RoutePlan, ...]
 
 
+@dataclass(frozen=True)
+class _Routed:
+    """A part routed and ordered: its schedule (representatives when ``quotient`` is set) and
+    the routing plans it came from."""
+
+    schedule: Schedule
+    plans: tuple[RoutePlan, ...]
+    quotient: Quotient | None
+
+
 def _route_and_order(topology, coll, sketch, options, say, clock) -> _Draft:
-    """Routing and ordering: a non-combining collective forward, a combining one as its dual,
-    allreduce as reduce_scatter then allgather (one quotient for both when both have one)."""
+    """Routing and ordering of every non-combining part ``synth.core.reductions`` makes of
+    ``coll`` (a combining collective as its dual on the reversed topology, allreduce as
+    reduce_scatter then allgather), joined back with their quotients."""
     generators = sketch.symmetry_generators(topology)
-    if not (coll.name == "allreduce" and coll.combining):
-        stage = _reduction if coll.combining else _forward
-        joined, plan, quotient = stage(topology, coll, sketch, options, say, clock, coll.name, generators)
-        return _Draft(joined, coll, quotient, (plan,))
-    rs_coll = make_collective("reduce_scatter", topology.ranks, chunks=sketch.chunk_up)
-    ag_coll = make_collective("allgather", topology.ranks, chunks=sketch.chunk_up)
-    rs, plan_rs, q_rs = _reduction(topology, rs_coll, sketch, options, say, clock, "reduce_scatter", generators)
-    ag, plan_ag, q_ag = _forward(topology, ag_coll, sketch, options, say, clock, "allgather", generators)
-    quotient = None
-    if q_rs is not None and q_ag is not None:  # chunk c is reduced at, then gathered from, its owner
-        gens = [tuple(g) for g in q_rs.generators]
-        quotient = Quotient.of(topology, coll, gens, [chunk_permutation(rs_coll, g) for g in gens])
-    else:
-        rs, ag = _full(rs, q_rs), _full(ag, q_ag)
-    joined = compose(rs, ag, coll if quotient is None else quotient.rep_collective)
-    return _Draft(joined, coll, quotient, (plan_rs, plan_ag))
+
+    def solve_part(part: Part) -> _Routed:
+        part_sketch = _ReversedSketch(sketch, topology) if part.reversed else sketch
+        schedule, plan, quotient = _forward(part.topology, part.collective, part_sketch, options, say, clock,
+                                            part.label, generators)
+        return _Routed(schedule, (plan,), quotient)
+
+    routed = solve_reduced(topology, coll, solve_part, _join_routed)
+    return _Draft(routed.schedule, coll, routed.quotient, routed.plans)
+
+
+def _join_routed(reduction: Reduction, part: Part, answers) -> _Routed:
+    """The parts' schedules mapped back to ``part``: with quotients, as representatives of
+    ``part``'s quotient by the same generators (one for both halves of the allreduce
+    composition, else the halves in full)."""
+    plans = tuple(plan for answer in answers for plan in answer.plans)
+    if reduction is DUAL:
+        (forward,) = answers
+        if forward.quotient is None:
+            return _Routed(reduction.invert(part, [forward.schedule]), plans, None)
+        quotient = Quotient.of(part.topology, part.collective, [tuple(g) for g in forward.quotient.generators])
+        if not np.array_equal(quotient.reps, forward.quotient.reps):
+            raise RuntimeError("the dual's representatives differ from the collective's (a bug)")
+        return _Routed(reduction.invert(part, [forward.schedule], quotient.rep_collective), plans, quotient)
+    first, second = answers
+    if first.quotient is None or second.quotient is None:
+        schedules = [_full(answer.schedule, answer.quotient) for answer in answers]
+        return _Routed(reduction.invert(part, schedules), plans, None)
+    # chunk c is reduced at, then gathered from, its owner: one quotient for the whole
+    gens = [tuple(g) for g in first.quotient.generators]
+    rs_coll = first.quotient.collective
+    quotient = Quotient.of(part.topology, part.collective, gens, [chunk_permutation(rs_coll, g) for g in gens])
+    return _Routed(reduction.invert(part, [first.schedule, second.schedule], quotient.rep_collective), plans,
+                   quotient)
 
 
 def _exact_stage(draft: _Draft, topology, collective, sketch, options, root, clock) -> tuple[_Draft, str]:
@@ -331,22 +360,6 @@ def _forward(topology, coll, sketch, options, say, clock, label,
     say(f"ordering ({label}): one LP per round, rounds in blocks that merge into one step "
         f"({'; '.join(tried)}): block {block} kept, {sends}, {clock.ordering:.2f} s")
     return merged, plan, quotient
-
-
-def _reduction(topology, coll, sketch, options, say, clock, label,
-               generators=()) -> tuple[Schedule, RoutePlan, Quotient | None]:
-    """A combining collective as its dual run backwards: route the dual on the reversed topology.
-    With a symmetry the schedule returned holds the representatives of ``coll``'s quotient."""
-    dual = dual_collective(coll)
-    forward, plan, dual_quotient = _forward(topology.reversed(), dual, _ReversedSketch(sketch, topology), options,
-                                            say, clock, f"{label} as reversed {dual.name}", generators)
-    backwards = dual_schedule(forward)
-    if dual_quotient is None:
-        return Schedule(topology, coll, backwards.steps, backwards.meta), plan, None
-    quotient = Quotient.of(topology, coll, [tuple(g) for g in dual_quotient.generators])
-    if not np.array_equal(quotient.reps, dual_quotient.reps):
-        raise RuntimeError("the dual's representatives differ from the collective's (a bug)")
-    return Schedule(topology, quotient.rep_collective, backwards.steps, backwards.meta), plan, quotient
 
 
 class _ReversedSketch:

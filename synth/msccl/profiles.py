@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
+from synth.core.collectives import KINDS
 from synth.program.ir import MAX_FUSED_REDUCES  # noqa: F401 (a runtime limit the IR's fusion keeps)
 
 
@@ -37,19 +38,25 @@ MAX_ATTRIBUTES = 16
 MAX_VALUE_CHARS = 255
 MAX_OFFSET = 32767  # int16
 
-_COMMON = {"allreduce": "allreduce", "allgather": "allgather", "reduce": "reduce",
-           "broadcast": "broadcast", "alltoall": "alltoall"}
+_COMMON = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reduce_scatter")
+
+
+def _coll_names(runtime: str, collectives: tuple[str, ...], others: tuple[str, ...]) -> Mapping[str, str]:
+    """synth name -> ``runtime``'s spelling of each collective it runs (the spellings are facts of
+    the collective kinds, synth.core.collectives), and the runtime's own names (``others``)."""
+    return MappingProxyType({**{name: KINDS[name].spelled_for(runtime) for name in collectives},
+                             **{name: name for name in others}})
+
 
 # the executor and RCCL share one parser: the same names and required attributes
-_EXECUTOR_NAMES = MappingProxyType({**_COMMON, "reduce_scatter": "reducescatter", "gather": "gather",
-                                    "scatter": "scatter", "alltoallv": "alltoallv", "send": "send", "recv": "recv"})
+_EXECUTOR_NAMES = _coll_names("executor", (*_COMMON, "gather", "scatter", "alltoallv"), ("send", "recv"))
 _EXECUTOR_REQUIRES = ("proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
                       "minBytes", "maxBytes")
 
 PROFILES: Mapping[str, Profile] = MappingProxyType({
     "legacy": Profile(
         "legacy", "microsoft/msccl (NCCL 2.12 fork)",
-        MappingProxyType({**_COMMON, "reduce_scatter": "reduce_scatter", "custom": "custom"}),
+        _coll_names("legacy", _COMMON, ("custom",)),
         max_steps=256, max_threadblocks=216, max_channels=32,
         requires=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace"),
         max_bytes_exclusive=True, max_bytes_zero_means="never", checks_chunk_counts=True),

@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Mapping
 
 from synth.core.io import read_bytes
+from synth.msccl.profiles import PROFILES
 from synth.msccl.xml_tokens import Element, Lexical, element_tree
 from synth.program.ir import Op, Program, RankProgram, Threadblock
 
 GPU_ATTRS = ("id", "i_chunks", "o_chunks", "s_chunks")
 TB_ATTRS = ("id", "send", "recv", "chan")
 STEP_ATTRS = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
-COLLECTIVE_SPELLINGS = {"reducescatter": "reduce_scatter"}  # runtime spelling -> synth name
+COLLECTIVE_SPELLINGS = {spelled: name for profile in PROFILES.values()  # an MSCCL runtime's spelling -> synth name
+                        for name, spelled in profile.coll_names.items() if spelled != name}
 MAX_IR_RANKS = 4096  # larger ngpus values are not expanded into empty ranks
 
 _PLAIN_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,8})")

@@ -19,10 +19,11 @@ from typing import Callable
 from synth.baselines import registry
 from synth.baselines.common import BaselineNotApplicable
 from synth.core.errors import InputError
-from synth.core.io import load_schedule, read_json, schedule_file_name
+from synth.core.io import read_json, schedule_file_name
 from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 from synth.cost import format_size
+from synth.verify import load_schedule
 
 SMT_RANKS = 16
 FRONTIER_CALLS = 10  # a report's SMT frontier walk gets this many --time-limit's in all (per walk)

@@ -98,7 +98,7 @@ def load_runnable(path: str, inplace: bool | None = None, root: int | None = Non
     doc = read_json(path)  # .json, .json.gz (results/ ships big schedules gzipped), or JSON by content
     fmt = doc.get("format") if isinstance(doc, dict) else None
     if fmt == "synth.schedule":
-        from synth.core.io import schedule_from_doc
+        from synth.verify import schedule_from_doc
 
         return runnable_from_schedule(schedule_from_doc(doc, path), path, inplace, root)
     if fmt == "synth.program":

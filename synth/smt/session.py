@@ -1,5 +1,6 @@
 """One (topology, collective) under the SMT backend: instance caching and reuse, the rounds
-splits the LP allows, the symmetric-first then exact search, duals back to the original.
+splits the LP allows, the symmetric-first then exact search, and a combining collective as
+its dual (``synth.core.reductions.DUAL``: applied to what the solver sees, inverted on the way out).
 
 Every SOLVED answer is verified here before it leaves (a failure is a bug and raises).
 """
@@ -21,10 +22,10 @@ from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.core.planning import PLANNERS_HINT, rounds_problem
+from synth.core.reductions import DUAL, Part
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.core.symmetry import schedule_invariant, search_symmetries
 from synth.core.topology import Topology
-from synth.core.transforms import dual_collective, dual_schedule
 from synth.smt import windows
 from synth.smt.clock import Clock
 from synth.smt.direct_allreduce import DirectAllreduceInstance
@@ -49,7 +50,8 @@ class SmtSession:
             raise InputError("allreduce is solved as reduce_scatter + allgather (solve_allreduce) or directly")
         # other combining collectives run as their non-combining dual on the reversed topology
         self.combining = base.combining and not direct
-        self.topology = topology.reversed() if self.combining else topology
+        self._seen: dict[int, Collective] = {}  # chunks -> the collective the solver sees
+        self.topology = self._part(base).topology
         self._instances: dict[tuple[int, int], SmtInstance] = {}
         self._symmetric: dict[tuple[int, int], SmtInstance | None] = {}
         self._floors: dict[int, dict[int, float]] = {}  # chunks -> steps -> rounds_floor
@@ -58,8 +60,18 @@ class SmtSession:
         self._chunk_unit = base.chunks  # chunks of the collective per chunk of a budget
 
     def collective(self, chunks: int) -> Collective:
-        coll = make_collective(self.name, self.original.ranks, root=self.root, chunks=chunks)
-        return dual_collective(coll) if self.combining else coll
+        """The collective the solver sees at ``chunks``: the dual one for a combining collective."""
+        if chunks not in self._seen:
+            self._seen[chunks] = self._part(self._original_collective(chunks)).collective
+        return self._seen[chunks]
+
+    def _original_collective(self, chunks: int) -> Collective:
+        return make_collective(self.name, self.original.ranks, root=self.root, chunks=chunks)
+
+    def _part(self, collective: Collective) -> Part:
+        """``collective`` as the solver sees it (``synth.core.reductions``: the dual, when combining)."""
+        part = Part.of(self.original, collective)
+        return DUAL.apply(part)[0] if self.combining else part
 
     def rounds_floor(self, steps: int, chunks: int) -> float:
         """Fewest rounds any ``steps``-step schedule needs (time-expanded LP; inf: too few steps).
@@ -193,8 +205,7 @@ class SmtSession:
         schedule = result.schedule
         internal = schedule
         if self.combining:
-            dual = dual_schedule(schedule)
-            schedule = Schedule(self.original, dual.collective, dual.steps, dual.meta)
+            schedule = DUAL.invert(Part.of(self.original, self._original_collective(chunks)), [schedule])
         schedule = schedule.with_meta(synthesizer="smt", solve_seconds=round(seconds, 4),
                                       steps=steps, rounds=schedule.total_rounds, chunks=chunks)
         check_schedule(schedule)

@@ -1,7 +1,8 @@
 """Search strategies over k-synchronous instances: solve one, least steps, the Pareto frontier.
 
-Flow: bounds -> reductions (combining collectives run as their duals on the reversed topology;
-allreduce as reduce_scatter + allgather) -> SMT backend -> verify. Only INFEASIBLE prunes; a
+Flow: bounds -> reductions (``synth.core.reductions``: a combining collective as its dual on the
+reversed topology, in the session; allreduce as reduce_scatter + allgather, its steps and rounds
+shared out between the parts here) -> SMT backend -> verify. Only INFEASIBLE prunes; a
 TIMEOUT is reported and marks a frontier incomplete, never "infeasible".
 """
 
@@ -14,10 +15,13 @@ from fractions import Fraction
 from typing import Callable
 
 from synth.bounds.lower_bounds import lower_bounds
+from synth.core.collective import Collective
 from synth.core.collectives import make_collective
+from synth.core.errors import InputError
+from synth.core.reductions import COMPOSITION, Part, Reduction, solve_reduced
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.core.topology import Topology
-from synth.core.transforms import compose, merge_steps
+from synth.core.transforms import merge_steps
 from synth.smt.encoding import SmtOptions
 from synth.smt.session import SmtSession, check_schedule
 
@@ -496,56 +500,71 @@ def solve_instance(
     chunks: int,
     time_limit: float | None = 60.0,
     progress: Progress = _quiet,
+    direct: bool = False,
 ) -> SolveResult:
-    """One instance; allreduce as the best-balanced reduce_scatter + allgather split that fits."""
-    if name == "allreduce":
+    """One instance; allreduce as the best-balanced reduce_scatter + allgather split that fits,
+    or with ``direct`` by the direct encoding (reduction in flight)."""
+    if direct and name != "allreduce":
+        raise InputError(f"the direct encoding is for allreduce, not {name}")
+    if name == "allreduce" and not direct:
         return _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress)
-    result = SmtSession(topology, name, root).solve(steps, rounds, chunks, time_limit)
+    result = SmtSession(topology, name, root, direct=direct).solve(steps, rounds, chunks, time_limit)
     progress(f"{topology.name} {name} (S={steps}, R={rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
     return result
 
 
 def _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress) -> SolveResult:
-    rs, ag = SmtSession(topology, "reduce_scatter", None), SmtSession(topology, "allgather", None)
-    lb_rs = lower_bounds(topology, make_collective("reduce_scatter", topology.ranks)).steps
-    lb_ag = lower_bounds(topology, make_collective("allgather", topology.ranks)).steps
-    splits = [
-        (s1, r1)
-        for s1 in range(max(1, lb_rs), steps - max(1, lb_ag) + 1)
-        for r1 in range(s1, rounds - (steps - s1) + 1)
-    ]
-    splits.sort(key=lambda sr: (abs(2 * sr[0] - steps), abs(2 * sr[1] - rounds)))
+    """The allreduce composition (``synth.core.reductions``) with the steps and rounds shared out
+    between its parts, most balanced share first; the first share both parts solve wins."""
+    whole = make_collective("allreduce", topology.ranks, chunks=chunks)
+    parts = COMPOSITION.apply(Part.of(topology, whole))
+    sessions = {part.label: SmtSession(topology, part.label, None) for part in parts}
+    first, second = (max(1, lower_bounds(topology, make_collective(part.label, topology.ranks)).steps)
+                     for part in parts)
+    shares = [(s1, r1) for s1 in range(first, steps - second + 1) for r1 in range(s1, rounds - (steps - s1) + 1)]
+    shares.sort(key=lambda sr: (abs(2 * sr[0] - steps), abs(2 * sr[1] - rounds)))
     started = time.perf_counter()
-    unknown = False
-    for s1, r1 in splits:
-        s2, r2 = steps - s1, rounds - r1
-        first = rs.solve(s1, r1, chunks, time_limit)
-        progress(f"{topology.name} reduce_scatter (S={s1}, R={r1}, C={chunks}): "
-                 f"{first.status.value} {first.seconds:.2f}s")
-        if first.status != Status.SOLVED:
-            unknown |= first.status != Status.INFEASIBLE
-            continue
-        second = ag.solve(s2, r2, chunks, time_limit)
-        progress(f"{topology.name} allgather (S={s2}, R={r2}, C={chunks}): {second.status.value} {second.seconds:.2f}s")
-        if second.status != Status.SOLVED:
-            unknown |= second.status != Status.INFEASIBLE
-            continue
-        return SolveResult(Status.SOLVED, _compose_allreduce(topology, first.schedule, second.schedule, chunks),
-                           time.perf_counter() - started)
-    status = Status.TIMEOUT if unknown else Status.INFEASIBLE
+    missed: list[Status] = []
+    for s1, r1 in shares:
+        share = {parts[0].label: (s1, r1), parts[1].label: (steps - s1, rounds - r1)}
+
+        def solve_part(part: Part, share=share) -> Schedule | None:
+            part_steps, part_rounds = share[part.label]
+            result = sessions[part.label].solve(part_steps, part_rounds, chunks, time_limit)
+            progress(f"{topology.name} {part.label} (S={part_steps}, R={part_rounds}, C={chunks}): "
+                     f"{result.status.value} {result.seconds:.2f}s")
+            missed.extend([] if result.status == Status.SOLVED else [result.status])
+            return result.schedule
+
+        schedule = solve_reduced(topology, whole, solve_part, _join_allreduce, _session_solves)
+        if schedule is not None:
+            return SolveResult(Status.SOLVED, schedule, time.perf_counter() - started)
+    status = Status.TIMEOUT if any(m != Status.INFEASIBLE for m in missed) else Status.INFEASIBLE
     return SolveResult(status, None, time.perf_counter() - started,
                        "as a reduce_scatter + allgather composition (a direct allreduce might fit)")
 
 
-def _compose_allreduce(topology: Topology, rs: Schedule, ag: Schedule, chunks: int) -> Schedule:
-    coll = make_collective("allreduce", topology.ranks, chunks=chunks)
-    schedule = compose(rs, ag, coll).with_meta(
-        synthesizer="smt", composition="reduce_scatter+allgather",
-        steps=len(rs.steps) + len(ag.steps), rounds=(rs.total_rounds or 0) + (ag.total_rounds or 0), chunks=chunks,
+def _session_solves(collective: Collective) -> bool:
+    """What an SmtSession solves itself: every collective but allreduce (combining ones as duals)."""
+    return not COMPOSITION.applies(collective)
+
+
+def _join_allreduce(reduction: Reduction, part: Part, schedules) -> Schedule:
+    """The allreduce composition of two part schedules, with the meta its file carries, verified."""
+    rs, ag = schedules
+    schedule = reduction.invert(part, schedules).with_meta(
+        synthesizer="smt", composition=reduction.name,
+        steps=len(rs.steps) + len(ag.steps), rounds=(rs.total_rounds or 0) + (ag.total_rounds or 0),
+        chunks=part.collective.chunks_per_rank,
         solve_seconds=round(rs.meta.get("solve_seconds", 0) + ag.meta.get("solve_seconds", 0), 4),
     )
     check_schedule(schedule)
     return schedule
+
+
+def _compose_allreduce(topology: Topology, rs: Schedule, ag: Schedule, chunks: int) -> Schedule:
+    whole = make_collective("allreduce", topology.ranks, chunks=chunks)
+    return _join_allreduce(COMPOSITION, Part.of(topology, whole), (rs, ag))
 
 
 def pareto_allreduce(
@@ -588,17 +607,18 @@ def pareto_allreduce(
 
 def _part_frontiers(topology: Topology, max_chunks: int, time_limit: float | None, progress: Progress,
                     jobs: int, budget: float | None = None) -> tuple[Frontier, Frontier]:
-    """The reduce_scatter and allgather frontiers, one after the other, or with ``jobs`` > 1 in two
-    processes (their progress lines passed on once both are done)."""
+    """The frontiers of the allreduce composition's parts (reduce_scatter, allgather), one after
+    the other, or with ``jobs`` > 1 in two processes (their progress lines passed on once both are
+    done)."""
+    labels = [part.label for part in COMPOSITION.apply(Part.of(topology, make_collective("allreduce", topology.ranks)))]
     if jobs <= 1:
-        rs = pareto(topology, "reduce_scatter", None, max_chunks, time_limit, progress, budget=budget)
-        ag = pareto(topology, "allgather", None, max_chunks, time_limit, progress, budget=budget)
+        rs, ag = (pareto(topology, label, None, max_chunks, time_limit, progress, budget=budget) for label in labels)
         return rs, ag
     from synth.parallel.pool import Job, run_jobs
 
-    found_two = run_jobs([Job(part, "synth.smt.strategies:frontier_job",
-                              (topology, part, max_chunks, time_limit, budget))
-                          for part in ("reduce_scatter", "allgather")], workers=jobs)
+    found_two = run_jobs([Job(label, "synth.smt.strategies:frontier_job",
+                              (topology, label, max_chunks, time_limit, budget))
+                          for label in labels], workers=jobs)
     for outcome in found_two:
         if not outcome.ok:
             raise RuntimeError(f"{outcome.key} frontier: {outcome.error}")
@@ -635,15 +655,21 @@ def _sum_ratio(a: dict, b: dict) -> str | None:
 
 
 def _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress):
-    """Least-steps reduce_scatter then least-steps allgather (each with half the extra rounds)."""
-    first_extra = extra_rounds // 2
-    rs, rs_attempts = least_steps(topology, "reduce_scatter", None, chunks, first_extra, max_steps, time_limit,
-                                  progress)
-    if rs.schedule is None:
-        return rs, rs_attempts
-    ag, ag_attempts = least_steps(topology, "allgather", None, chunks, extra_rounds - first_extra, max_steps,
-                                  time_limit, progress)
-    if ag.schedule is None:
-        return ag, rs_attempts + ag_attempts
-    schedule = _compose_allreduce(topology, rs.schedule, ag.schedule, chunks)
-    return SolveResult(Status.SOLVED, schedule, rs.seconds + ag.seconds), rs_attempts + ag_attempts
+    """Least-steps reduce_scatter then least-steps allgather (each with half the extra rounds),
+    composed (``synth.core.reductions``)."""
+    extras = {"reduce_scatter": extra_rounds // 2, "allgather": extra_rounds - extra_rounds // 2}
+    attempts: list[Attempt] = []
+    outcome: list[SolveResult] = []
+
+    def solve_part(part: Part) -> Schedule | None:
+        result, tried = least_steps(topology, part.label, None, chunks, extras[part.label], max_steps, time_limit,
+                                    progress)
+        attempts.extend(tried)
+        outcome.append(result)
+        return result.schedule
+
+    whole = make_collective("allreduce", topology.ranks, chunks=chunks)
+    schedule = solve_reduced(topology, whole, solve_part, _join_allreduce, _session_solves)
+    if schedule is None:
+        return outcome[-1], tuple(attempts)
+    return SolveResult(Status.SOLVED, schedule, sum(r.seconds for r in outcome)), tuple(attempts)

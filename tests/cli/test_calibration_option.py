@@ -9,9 +9,9 @@ import re
 import pytest
 
 from synth.cli.main import main
-from synth.core.io import load_schedule
 from synth.cost import step_time_us
 from synth.measure.calibration import Calibration
+from synth.verify import load_schedule
 
 
 @pytest.fixture()

@@ -11,10 +11,9 @@ import pytest
 from synth.baselines import registry
 from synth.baselines.common import BaselineNotApplicable
 from synth.cli.main import main
-from synth.core.io import load_schedule
 from synth.core.library import library_names, resolve_topology
 from synth.core.topology import Topology
-from synth.verify import verify
+from synth.verify import load_schedule, verify
 from tests.test_cost import SHARED_EXAMPLES
 from tests.test_verify import DATA
 

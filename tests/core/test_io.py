@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth.core.errors import InputError, InvalidScheduleError, ScheduleFormatError
-from synth.core.io import load_schedule, read_json, save_schedule, write_text_atomic
+from synth.core.io import read_json, save_schedule, write_text_atomic
+from synth.verify import load_schedule
 from tests.test_verify import DATA
 
 
@@ -63,7 +64,8 @@ def test_round_trip_and_atomic_write(tmp_path):
 def test_gzip_schedule_round_trip_is_deterministic(tmp_path):
     from synth.baselines import build_baseline
     from synth.core.generators import ring
-    from synth.core.io import load_schedule, save_schedule
+    from synth.core.io import save_schedule
+    from synth.verify import load_schedule
 
     schedule = build_baseline(ring(4), "ring", "allgather")
     first, second = tmp_path / "a.schedule.json.gz", tmp_path / "b.schedule.json.gz"

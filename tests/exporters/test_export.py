@@ -304,8 +304,8 @@ def test_program_json_errors_name_the_path(tmp_path):
 
 def test_exporter_registry():
     program = _small()
-    assert EXPORTERS["program-json"][1](program, None) == program_to_json(program)
-    assert EXPORTERS["msccl-xml"][1](program, "rccl") == program_to_xml(program, "rccl")
+    assert EXPORTERS["program-json"].render(program, None) == program_to_json(program)
+    assert EXPORTERS["msccl-xml"].render(program, "rccl") == program_to_xml(program, "rccl")
 
 
 _names = st.from_regex(r"[A-Za-z0-9_.+-]{1,63}", fullmatch=True)
@@ -401,3 +401,19 @@ def test_cli_export_bad_input_writes_nothing(tmp_path, schedule_file, capsys):
     broken.write_text(json.dumps(doc))
     assert _run(["export", str(broken), "--format", "program-json", "-o", str(out)]) == 4
     assert "invalid schedule" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_new_exporter_record_is_all_the_cli_and_the_selection_exporter_need(monkeypatch):
+    from synth.cli.main import build_parser
+    from synth.exporters import EXPORTERS, Exporter
+    from synth.exporters.selection import file_name, is_export_name, parse_selection
+
+    monkeypatch.setitem(EXPORTERS, "plan-text", Exporter("plan-text", "a test format", ".plan.txt",
+                                                         lambda program, runtime: "plan"))
+    doc = {"format": "synth.selection", "version": 1, "topology": "dgx1", "collective": "allgather",
+           "ranges": [{"min_bytes": 0, "max_bytes": None, "schedule": "s.json", "label": "ring"}]}
+    selection = parse_selection(doc, "sel.json")
+    name = file_name(selection, selection.ranges[0], "plan-text")
+    assert name == "allgather.dgx1.00.ring.0-inf.plan.txt" and is_export_name(name)
+    args = build_parser().parse_args(["export", "s.json", "--format", "plan-text", "-o", "x"])
+    assert args.format == "plan-text"

@@ -197,7 +197,7 @@ def test_the_imported_dgx1_gives_the_library_frontier(tmp_path):
 
 
 def test_an_imported_h100_pair_of_machines_synthesizes_and_reports(tmp_path):
-    from synth.core.io import load_schedule
+    from synth.verify import load_schedule
 
     _import(tmp_path, "nvsmi-h100-sglang-8nic-1.txt", "--nodes", "2")
     topo = str(tmp_path / "nvsmi-h100-sglang-8nic-1.txt.topo.json")

@@ -10,14 +10,14 @@ from synth.baselines import registry
 from synth.bounds.lower_bounds import lower_bounds
 from synth.cli.main import main
 from synth.core.errors import InputError
-from synth.core.io import load_schedule, write_json_atomic
+from synth.core.io import write_json_atomic
 from synth.core.topology import Group, Link, Topology
 from synth.cost import step_time_us
 from synth.greedy.pipeline import pipelined
 from synth.milp.sketch import default_sketch
 from synth.milp.synthesize import synthesize
 from synth.report.candidates import synthesis_backend
-from synth.verify import verify
+from synth.verify import load_schedule, verify
 
 PCIE_GBS, QPI_GBS = 15.75, 10.0
 

@@ -10,11 +10,11 @@ import pytest
 from synth.bounds.lower_bounds import lower_bounds
 from synth.bounds.runtime import runtime_bounds
 from synth.cli.main import main
-from synth.core.io import load_schedule
 from synth.cost import cost_rows
 from synth.measure.calibration import Calibration
 from synth.report import runner
 from synth.report.evaluate import size_grid
+from synth.verify import load_schedule
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collectives import allgather, make_collective
-from synth.core.io import load_schedule, write_frontier
+from synth.core.io import write_frontier
 from synth.core.library import resolve_topology
 from synth.core.schedule import Status
 from synth.core.symmetry import collective_symmetries
 from synth.smt.encoding import SmtInstance
 from synth.smt.strategies import least_steps, pareto, solve_instance
-from synth.verify import verify
+from synth.verify import load_schedule, verify
 from tests.schedule_strategies import topologies
 
 
