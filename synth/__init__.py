@@ -62,6 +62,8 @@ _HOMES = {
     "InvalidScheduleError": "synth.core.errors",
     "InfeasibleError": "synth.core.errors",
     "UnknownResultError": "synth.core.errors",
+    "SolverError": "synth.core.errors",
+    "SynthesisBug": "synth.core.errors",
 }
 
 # submodules offered as attributes of the package (imported on first use)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from synth.core.errors import EXIT_INTERNAL, InputError, SynthError
+from synth.core.errors import InputError, SynthesisBug  # noqa: F401 (SynthesisBug: what synthesize raises)
 
 if TYPE_CHECKING:  # the model is imported where a backend runs: building the CLI stays light
     from synth.core.schedule import SolveResult
@@ -40,12 +40,6 @@ if TYPE_CHECKING:  # the model is imported where a backend runs: building the CL
 
 Progress = Callable[[str], None]
 DEFAULT_SIZE = 1 << 30  # bytes a size-driven backend optimises for when the problem names none
-
-
-class SynthesisBug(SynthError):
-    """A backend returned a schedule that the verifier rejects (a bug in the backend)."""
-
-    exit_code = EXIT_INTERNAL
 
 
 @dataclass(frozen=True)
@@ -259,13 +253,10 @@ def synthesize(problem: Problem, options: Options | None = None, backend: str = 
 def checked(result: SolveResult, backend: str) -> SolveResult:
     """``result`` once its schedule (if any) verifies; SynthesisBug naming the first violation
     otherwise. The one place a backend's answer is verified before anyone sees it."""
-    from synth.verify import verify
+    from synth.verify import checked as verified
 
     if result.schedule is not None:
-        problems = verify(result.schedule)
-        if problems:
-            raise SynthesisBug(f"the {backend} backend returned a schedule that does not verify (a bug): "
-                               f"{problems[0]}")
+        verified(result.schedule, f"the {backend} backend")
     return result
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from synth.core.errors import InvalidScheduleError
+from synth.core.errors import InvalidScheduleError, SynthesisBug
 from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send
 
@@ -384,6 +384,26 @@ class _Tables:
               + (np.arange(degree.sum()) - np.repeat(np.cumsum(degree) - degree, degree)))
         load = np.bincount(self.group_of[at], weights=np.repeat(count, degree), minlength=len(self.group_cap))
         return bool((load <= self.group_cap * rounds).all())
+
+
+
+def checked(schedule: Schedule, who: str) -> Schedule:
+    """``schedule`` when it verifies; otherwise SynthesisBug (exit 1) naming ``who`` returned it
+    and its first violation. How every synthesizer, stage and baseline hands a schedule on.
+
+    >>> from synth.core.collectives import allgather
+    >>> from synth.core.topology import Topology, Link
+    >>> t = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)))
+    >>> checked(Schedule(t, allgather(2), ()), "the test")
+    Traceback (most recent call last):
+    ...
+    synth.core.errors.SynthesisBug: the test returned a schedule that does not verify (a bug in synth): ...
+    """
+    problems = verify(schedule)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SynthesisBug(f"{who} returned a schedule that does not verify (a bug in synth): {problems[0]}{more}")
+    return schedule
 
 
 # ---------------------------------------------------------------------------- files

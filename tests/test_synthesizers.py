@@ -105,3 +105,24 @@ def test_smt_takes_allreduce_directly_as_an_option_and_composed_by_default():
     with pytest.raises(InputError, match="direct encoding is for allreduce"):
         synthesizers.synthesize(synthesizers.Problem(problem.topology, "allgather", steps=3),
                                 synthesizers.Options(direct=True), backend="smt")
+
+
+def test_an_unsolved_result_raises_the_error_its_status_names():
+    from synth.core.errors import EXIT_INFEASIBLE, EXIT_UNKNOWN, InfeasibleError, SolverError, UnknownResultError
+    from synth.core.schedule import SolveResult
+
+    cases = [(Status.INFEASIBLE, InfeasibleError, EXIT_INFEASIBLE, "infeasible", r"^x: too few steps \(proven\)$"),
+             (Status.TIMEOUT, UnknownResultError, EXIT_UNKNOWN, "unknown", r"timed out on x after 2\.0 s"),
+             (Status.ERROR, SolverError, EXIT_INTERNAL, "error", r"the solver failed on x: too few steps")]
+    for status, error, code, verdict, words in cases:
+        with pytest.raises(error, match=words) as caught:
+            SolveResult(status, None, 2.0, "too few steps").schedule_or_raise("x")
+        assert caught.value.exit_code == code and caught.value.verdict == verdict
+    schedule = Schedule(resolve_topology("ring:4"), synthesizers_allgather(), ())
+    assert SolveResult(Status.TIMEOUT, schedule).schedule_or_raise("x") is schedule  # an incumbent is kept
+
+
+def synthesizers_allgather():
+    from synth.core.collectives import allgather
+
+    return allgather(4)

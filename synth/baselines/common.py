@@ -22,6 +22,7 @@ from synth.core.collective import Collective
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.core.topology import Topology
+from synth.verify import checked
 
 
 class BaselineNotApplicable(InputError):
@@ -176,16 +177,10 @@ def finish(
     **meta,
 ) -> Schedule:
     """Assemble, set rounds, verify; an invalid result is a bug in the baseline and raises."""
-    from synth.verify import verify
 
     built = tuple(
         Step(tuple(sorted(sends, key=_order)), rounds_needed(topology, sends)) for sends in steps if sends
     )
     header = {"synthesizer": "baseline", "algorithm": algorithm}
     schedule = Schedule(topology, collective, built, {**header, **meta})
-    violations = verify(schedule)
-    if violations:
-        raise RuntimeError(
-            f"baseline {algorithm} built an invalid schedule on {topology.name}: {violations[0]}"
-        )
-    return schedule
+    return checked(schedule, f"baseline {algorithm} on {topology.name}")

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_INPUT
         return func(args)
     except SynthError as exc:
-        print(f"synth: error: {exc}", file=sys.stderr)
+        print(f"synth: {exc.verdict}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("synth: interrupted", file=sys.stderr)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 from synth.cli.common import add_calibration_option, add_problem, progress, terms_of, topology_of, write_or_print
-from synth.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError
+from synth.core.errors import EXIT_INTERRUPTED, InputError
 
 
 def add_synthesis_parsers(sub) -> None:
@@ -56,22 +54,6 @@ def add_synthesis_parsers(sub) -> None:
     p.set_defaults(func=cmd_pareto)
 
 
-def _report_unsolved(result, what: str) -> int:
-    from synth.core.errors import EXIT_INFEASIBLE, EXIT_UNKNOWN
-    from synth.core.schedule import Status
-
-    if result.status == Status.INFEASIBLE:
-        detail = f": {result.message}" if result.message else ""
-        print(f"synth: infeasible: {what}{detail} (proven)", file=sys.stderr)
-        return EXIT_INFEASIBLE
-    if result.status == Status.TIMEOUT:
-        print(f"synth: unknown: the solver timed out on {what} after {result.seconds:.1f} s; "
-              "nothing was proven (raise --time-limit)", file=sys.stderr)
-        return EXIT_UNKNOWN
-    print(f"synth: error: the solver failed on {what}: {result.message}", file=sys.stderr)
-    return EXIT_INTERNAL
-
-
 def cmd_solve(args) -> int:
     """One problem through the synthesizer registry: the backend named (or ``auto``), its answer
     verified there, a summary line, and the schedule."""
@@ -87,8 +69,7 @@ def cmd_solve(args) -> int:
     options = synthesizers.Options(time_limit=args.time_limit, solver=args.solver, gap=args.gap,
                                    threads=args.threads, sketch=sketch, progress=progress, direct=args.direct)
     result = synthesizers.synthesize(problem, options, backend.name)
-    if result.schedule is None:
-        return _report_unsolved(result, _what(problem))
+    result.schedule_or_raise(_what(problem))  # infeasible (3), unknown (5) or a solver failure (1)
     if result.details:
         progress(_summary_line(problem, result))
     _runtime_line(args, result.schedule, result.details.get("size"))
@@ -179,9 +160,7 @@ def cmd_least_steps(args) -> int:
     topo = topology_of(args.topology)
     result, _ = least_steps(topo, args.collective, args.root, args.chunks, args.extra_rounds,
                             args.max_steps, args.time_limit, progress)
-    if result.schedule is None:
-        return _report_unsolved(result, f"{args.collective} on {topo.name}")
-    meta = result.schedule.meta
+    meta = result.schedule_or_raise(f"{args.collective} on {topo.name}").meta
     progress(f"least steps: (S={meta.get('steps')}, R={meta.get('rounds')}, C={meta.get('chunks')})")
     progress(SRC_LEGEND)
     write_or_print(result.schedule.to_dict(), args.output)

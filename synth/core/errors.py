@@ -22,9 +22,10 @@ EXIT_INTERRUPTED = 130
 
 
 class SynthError(Exception):
-    """Base class: a problem the user can fix; printed as one line."""
+    """Base class: a problem the user can fix; printed as one line, ``synth: VERDICT: message``."""
 
     exit_code = EXIT_INPUT
+    verdict = "error"
 
 
 class InputError(SynthError):
@@ -59,9 +60,23 @@ class InfeasibleError(SynthError):
     """A budget (steps, rounds, chunks) proven too small."""
 
     exit_code = EXIT_INFEASIBLE
+    verdict = "infeasible"
 
 
 class UnknownResultError(SynthError):
     """A solver timed out: nothing was proven either way."""
 
     exit_code = EXIT_UNKNOWN
+    verdict = "unknown"
+
+
+class SolverError(SynthError):
+    """A solver failed (neither an answer nor a timeout)."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class SynthesisBug(SynthError):
+    """A synthesizer, stage or baseline built a schedule that the verifier rejects (a bug in synth)."""
+
+    exit_code = EXIT_INTERNAL

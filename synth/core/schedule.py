@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from synth.core.collective import Collective
-from synth.core.errors import ScheduleFormatError
+from synth.core.errors import InfeasibleError, ScheduleFormatError, SolverError, UnknownResultError
 from synth.core.topology import Topology
 
 SCHEDULE_FORMAT = "synth.schedule"
@@ -171,6 +171,18 @@ class SolveResult:
     message: str = ""
     backend: str = ""
     details: Mapping[str, Any] = field(default_factory=dict)
+
+    def schedule_or_raise(self, what: str) -> Schedule:
+        """The schedule, or the error that says why there is none: InfeasibleError (proven),
+        UnknownResultError (a timeout: nothing proven), SolverError (the solver failed)."""
+        if self.schedule is not None:
+            return self.schedule
+        if self.status == Status.INFEASIBLE:
+            raise InfeasibleError(f"{what}{': ' + self.message if self.message else ''} (proven)")
+        if self.status == Status.TIMEOUT:
+            raise UnknownResultError(f"the solver timed out on {what} after {self.seconds:.1f} s; "
+                                     "nothing was proven (raise --time-limit)")
+        raise SolverError(f"the solver failed on {what}: {self.message}")
 
 
 def rounds_needed(topology: Topology, sends: Sequence[Send]) -> int | None:

@@ -31,7 +31,7 @@ from synth.core.reductions import solve_reduced
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
 from synth.greedy.nic_matching import plan_crossings
-from synth.verify import verify
+from synth.verify import checked
 
 
 def greedy_schedule(topology: Topology, collective: Collective, max_steps: int | None = None) -> Schedule:
@@ -390,6 +390,4 @@ def pipelined(topology: Topology, name: str, chunks: int, root: int | None = Non
 
 
 def _check(schedule: Schedule) -> None:
-    problems = verify(schedule)
-    if problems:
-        raise RuntimeError(f"greedy scheduler built an invalid schedule (a bug): {problems[0]}")
+    checked(schedule, "the greedy scheduler")

@@ -64,7 +64,7 @@ from synth.core.schedule import Schedule, Send, Status, Step
 from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
 from synth.cost import step_time_us
-from synth.verify import verify
+from synth.verify import checked
 
 # Valid cuts; DEFAULT_CUTS are those that paid on ndv2 allgather C=2..6, S=3..4 (HiGHS 1.16):
 # "time_bound" (objective >= the time bound) and "order_chunks" (interchangeable chunks sorted)
@@ -402,10 +402,7 @@ def _least_rounds(topo: Topology, sends: list[Send]) -> int | None:
 
 
 def _check(schedule: Schedule) -> None:
-    problems = verify(schedule)
-    if problems:
-        raise RuntimeError(f"milp-exact produced an invalid schedule (a bug): {problems[0]}"
-                           + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+    checked(schedule, "milp-exact")
 
 
 # ---------------------------------------------------------------------------- search

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from synth.core.errors import InvalidScheduleError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step, rounds_needed
 from synth.cost import step_loads
 from synth.milp.orbit_cost import orbit_step_loads
-from synth.verify import verify
+from synth.verify import checked
 
 _TOL = 1e-9
 
@@ -60,11 +59,7 @@ def hoist_sends(schedule: Schedule, size: float, quotient: Quotient | None = Non
                 state = _available(schedule, steps)
     if not moved:
         return schedule
-    out = _rebuild(schedule, steps, quotient).with_meta(hoisted=moved)
-    problems = verify(out)
-    if problems:
-        raise InvalidScheduleError(f"hoisting broke the schedule: {problems[0]}")
-    return out
+    return checked(_rebuild(schedule, steps, quotient).with_meta(hoisted=moved), "hoisting")
 
 
 def _time(schedule: Schedule, steps: list[list[Send]], size: float, quotient: Quotient | None) -> float:

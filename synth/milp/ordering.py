@@ -43,7 +43,7 @@ from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
 from synth.milp.finish import finish_assignment, groups_of
-from synth.verify import verify
+from synth.verify import checked
 
 _INF = np.inf
 FINISH_LIMIT = 4000  # remaining needs up to which the last step is solved exactly (a MILP)
@@ -126,9 +126,7 @@ def order_sends(
     schedule = Schedule(topology, collective, tuple(steps),
                         {"synthesizer": "milp", "stage": "ordering",
                          "chunks_per_rank": collective.chunks_per_rank})
-    problems = verify(schedule)
-    if problems:
-        raise RuntimeError(f"ordering built an invalid schedule (a bug): {problems[0]}")
+    checked(schedule, "the ordering stage")
     if symmetric:
         over = next((i for i, step in enumerate(steps) if quotient.rounds_needed(step.sends) != 1), None)
         if over is not None:

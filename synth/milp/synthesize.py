@@ -50,7 +50,7 @@ from synth.milp.ordering import OrderingRules, order_sends
 from synth.milp.routing import RoutePlan, route
 from synth.milp.sketch import Sketch
 from synth.milp.timing import merge_steps_at_size
-from synth.verify import verify
+from synth.verify import checked
 
 Progress = Callable[[str], None]
 BLOCKS = (1, 2, 3)  # rounds per block the ordering tries, in order, while longer blocks pay (order_sends)
@@ -200,11 +200,8 @@ def _expanded(timed: Schedule, draft: _Draft, say: Progress, clock: _StageClock)
     started = time.perf_counter()
     if timed.send_count * quotient.order > PROGRESS_SENDS:
         say(f"expanding {timed.send_count} representative sends x {quotient.order} rotations and verifying ...")
-    full = quotient.expand(timed, draft.coll)
-    problems = verify(full)
+    full = checked(quotient.expand(timed, draft.coll), "the router's expansion of its representatives")
     clock.verify += time.perf_counter() - started
-    if problems:
-        raise RuntimeError(f"the expanded schedule is invalid (a bug): {problems[0]}")
     say(f"expanded: {len(quotient.reps)} representative chunks x {quotient.order} rotations -> "
         f"{full.send_count} sends, verified whole, {clock.verify:.2f} s")
     return full
@@ -239,11 +236,7 @@ def _result(topology, draft: _Draft, timed: Schedule, sketch, options, clock, to
 def _on_machine(result: RouterResult, topology: Topology) -> RouterResult:
     """A result planned on ``planning_view(topology)`` put back on the machine, verified there;
     times are the view's (the same bandwidths), the bound is the machine's own."""
-    schedule = on_machine(result.schedule, topology)
-    problems = verify(schedule)
-    if problems:
-        raise RuntimeError(f"the schedule planned with whole capacities is invalid on the machine (a bug): "
-                           f"{problems[0]}")
+    schedule = checked(on_machine(result.schedule, topology), "the router (planned with whole capacities)")
     bound = lower_bounds(topology, schedule.collective).time_us(result.size)
     percent = round(100.0 * bound / result.time_us, 2) if result.time_us > 0 else 100.0
     schedule = schedule.with_meta(bound_us=round(bound, 4), percent_of_bound=percent,

@@ -56,7 +56,7 @@ from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.orbits import Quotient
 from synth.core.schedule import Schedule, Send, Step
 from synth.cost import simulate_us, step_time_us
-from synth.verify import verify
+from synth.verify import checked, verify
 
 _REL_TOL = 1e-12  # float noise allowed when comparing two partitions' times
 
@@ -111,13 +111,11 @@ def merge_steps_at_size(schedule: Schedule, size_bytes: float, max_block: int | 
     merged = tuple(_merge_block(steps[i:j]) for i, j in blocks)
     timing = {"merged_from": len(steps), "steps": len(merged), "size": size_bytes}
     result = Schedule(schedule.topology, schedule.collective, merged, {**schedule.meta, "timing": timing})
-    problems = verify(result)
-    if problems:
+    if verify(result):
         before = verify(schedule)
         if before:
             raise InvalidScheduleError(f"merge_steps_at_size: the input schedule is invalid: {before[0]}", before)
-        raise RuntimeError(f"merge_steps_at_size broke a valid schedule (a bug): {problems[0]}")
-    return result
+    return checked(result, "merge_steps_at_size")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from synth.smt import windows
 from synth.smt.clock import Clock
 from synth.smt.direct_allreduce import DirectAllreduceInstance
 from synth.smt.encoding import RLIMIT_START, SmtInstance, SmtOptions
-from synth.verify import verify
+from synth.verify import checked
 
 
 class SmtSession:
@@ -324,6 +324,4 @@ def _key(schedule: Schedule) -> tuple:
 
 
 def check_schedule(schedule: Schedule) -> None:
-    violations = verify(schedule)
-    if violations:
-        raise RuntimeError(f"solver returned an invalid schedule (a bug in synth): {violations[0]}")
+    checked(schedule, "the SMT solver")
