@@ -60,6 +60,28 @@ def options(topology: Topology, collective: str, root: int | None, size: float) 
     return built
 
 
+def variants(topology: Topology, collective: str, sizes: list[int]) -> list[tuple[str, Schedule]]:
+    """(label, schedule) for every schedule NCCL would run somewhere on ``sizes``: each algorithm of
+    ``OPTIONS`` that applies, in each variant a size of the grid selects, built once with that
+    chunking. A sized algorithm's label says ``pieces=N`` (NCCL's pipelining depth per channel, not
+    the chunks per rank of a C column)."""
+    from synth.baselines import registry
+
+    out = []
+    for name in OPTIONS.get(collective.partition(":")[0], ()):
+        entry = registry()[name]
+        try:
+            picks = entry.choices(topology, collective, None, sizes) if entry.choices else None
+            if not picks:
+                out.append((entry.name, entry.make(topology, collective)))
+                continue
+            out += [(f"{entry.name} pieces={c}", entry.make(topology, collective, None, c))
+                    for c in sorted(set(picks.values()))]
+        except BaselineNotApplicable:
+            continue
+    return out
+
+
 def build(topology: Topology, collective_name: str, root: int | None, chunks: int | None,
           size: float | None = None, terms=None) -> Schedule:
     """The fastest NCCL option at ``size`` (1 GiB when None), at its best protocol (under the

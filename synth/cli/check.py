@@ -38,7 +38,8 @@ def __getattr__(name: str):
 def add_check_parser(sub) -> None:
     """Add ``check`` to ``sub`` (cli.py's subparsers action)."""
     p = sub.add_parser("check", help="check an MSCCL XML (or synth.program JSON) file against the runtimes' load "
-                                     "rules and replay it; exit 0 ok, 4 invalid, 2 unreadable")
+                                     "rules and replay it, or an NCCL tuner config (synth tune) against the "
+                                     "plugin's rules; exit 0 ok, 4 invalid, 2 unreadable")
     p.add_argument("file")
     p.add_argument("--runtime", action="append", metavar="NAME",
                    help=f"runtime profile(s) to judge: {', '.join(PROFILES)}, any case (repeatable or comma-separated; "
@@ -111,6 +112,8 @@ def exit_code(doc: dict) -> int:
 
 
 def cmd_check(args) -> int:
+    if _is_tuner_config(args.file):
+        return check_tuner_config(args)
     checked = report(args.file, runtimes(args.runtime) if args.runtime else None)
     if args.json:
         print(json.dumps(checked.doc, indent=1))
@@ -119,6 +122,45 @@ def cmd_check(args) -> int:
             print(line)
         print(f"  {checked.why}")
     return exit_code(checked.doc)
+
+
+def _is_tuner_config(path: str) -> bool:
+    from synth.tuner.rules import looks_like_config
+
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False  # the MSCCL path says why it cannot be read
+    return looks_like_config(path, head)
+
+
+def check_tuner_config(args) -> int:
+    """A config of NCCL's example tuner plugin read with the plugin's rules (synth.tuner.rules):
+    every finding, then a verdict; exit 0 when there is none, 4 otherwise."""
+    from synth.tuner.config import plugin_name
+    from synth.tuner.rules import _comm_text, check_text, read_config
+
+    if args.runtime:
+        raise InputError("--runtime applies to MSCCL files; a tuner config is read as NCCL's example plugin reads it")
+    checked = check_text(read_config(args.file))
+    names = sorted({plugin_name(line.collective) for line in checked.lines})
+    comms = ", ".join(_comm_text(c) for c in checked.communicators)
+    if args.json:
+        print(json.dumps({"format": "nccl-tuner", "lines": len(checked.lines), "collectives": names,
+                          "communicators": [list(c) for c in checked.communicators],
+                          "findings": [str(f) for f in checked.findings], "ok": checked.ok}, indent=1))
+        return EXIT_OK if checked.ok else EXIT_INVALID
+    print(f"{args.file}: NCCL example tuner plugin config: {len(checked.lines)} lines for "
+          f"{', '.join(names) or 'no collective'} on {comms}")
+    for finding in checked.findings:
+        print(f"  {finding}")
+    if checked.ok:
+        print(f"  ok: every size 0..2^64-1 of the five collectives NCCL tunes takes a line with an explicit channel "
+              f"count, on {comms}")
+    else:
+        print(f"  {len(checked.findings)} problem(s): NCCL would not run what the file says there")
+    return EXIT_OK if checked.ok else EXIT_INVALID
 
 
 def describe(path: str, doc: dict, result: ReplayResult) -> list[str]:

@@ -128,6 +128,8 @@ def cmd_export(args) -> int:
     from synth.exporters.selection import is_selection
     from synth.verify import schedule_from_doc
 
+    if not exporter(args.format).writes_programs:
+        return _export_nccl_settings(args)
     runtime = exporter(args.format).runtime(args.runtime)
     options = _options(args, runtime)
     doc = _read_input(args.schedule)
@@ -186,6 +188,45 @@ def _calibrated(args, schedule, options):
     print(f"calibration {terms.label} at {format_size(size)}: {options.protocol}, {options.instances} instance(s) "
           f"(the model costs {wanted} thread blocks per link there: {took:.1f} us)", file=sys.stderr)
     return options
+
+
+def _export_nccl_settings(args) -> int:
+    """``--format nccl-tuner`` / ``nccl-env``: stock NCCL's fastest settings on a selection's machine
+    (synth.tuner), one file (``-o``): for its collective and the other four NCCL tunes, which the
+    same file steers (a call no line takes gets 1 channel)."""
+    from synth.core.io import write_text_atomic
+    from synth.exporters import selection as sel
+    from synth.measure.calibration import load_calibration
+    from synth.tuner.config import TUNED
+    from synth.tuner.env import env_text
+    from synth.tuner.tune import config_text, tune
+    from synth.verify import load_schedule
+
+    given = [flag for flag, value in (("--runtime", args.runtime), ("--protocol", args.protocol),
+                                      ("--channels", args.channels), ("--channel-policy", args.channel_policy),
+                                      ("--instances", args.instances), ("--size", args.size),
+                                      ("--min-bytes", args.min_bytes), ("--max-bytes", args.max_bytes),
+                                      ("--max-threadblocks", args.max_threadblocks), ("--name", args.name))
+             if value is not None] + (["--inplace"] if args.inplace else [])
+    if given:
+        raise InputError(f"{given[0]} does not apply to --format {args.format} (NCCL's own settings, no program)")
+    doc = _read_input(args.schedule)
+    if not sel.is_selection(doc):
+        raise InputError(f"{args.schedule}: --format {args.format} writes NCCL's settings for a whole collective: "
+                         "give synth report's selection.json (or run 'synth tune TOPO')")
+    selection = sel.parse_selection(doc, args.schedule)
+    if selection.collective not in TUNED:
+        raise InputError(f"{args.schedule}: NCCL tunes {', '.join(TUNED)} only, not {selection.collective}")
+    topology = load_schedule(selection.schedule_path(selection.ranges[0])).topology
+    label = args.calibration or "default"
+    # every collective NCCL tunes, the selection's among them: a call no line takes gets 1 channel
+    tuned = tune(topology, list(TUNED), [None], load_calibration(label))
+    text = config_text(topology, tuned, label) if args.format == "nccl-tuner" else env_text(tuned)
+    write_text_atomic(args.output, text)
+    for table in tuned:
+        print(table.summary(), file=sys.stderr)
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
 
 
 def _export_selection(args, doc, options) -> int:

@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     from synth.cli.run import add_run_parser
     from synth.cli.sketch import add_sketch_parser
     from synth.cli.synthesis import add_synthesis_parsers
+    from synth.cli.tune import add_tune_parser
 
     parser = Parser(prog="synth", description="Collective-communication schedule synthesizer.")
     parser.add_argument("--version", action="version", version=f"synth {__version__}")
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sketch_parser(sub)
     add_report_parser(sub)
     add_export_parser(sub)
+    add_tune_parser(sub)
     add_check_parser(sub)
     add_measure_parsers(sub)
     add_run_parser(sub)

@@ -151,7 +151,8 @@ FILE_KINDS = {
     "alltoallv": "alltoallv:FILE - per-pair chunk counts from a traffic matrix (MoE dispatch)",
     "custom": "custom:FILE - explicit pre/post from a synth.collective JSON file",
 }
-_MSCCL_REDUCE_SCATTER = MappingProxyType({"executor": "reducescatter", "rccl": "reducescatter"})
+_REDUCESCATTER = MappingProxyType({"executor": "reducescatter", "rccl": "reducescatter",  # MSCCL's runtimes
+                                   "nccl-tuner": "reducescatter", "nccl-env": "reducescatter"})  # NCCL's tuning
 _NCCL_TESTS = "nccl-tests"  # its binaries are called SPELLING_perf
 REGISTRY: dict[str, CollectiveKind] = {  # the kinds built from a name
     kind.name: kind
@@ -159,7 +160,7 @@ REGISTRY: dict[str, CollectiveKind] = {  # the kinds built from a name
         CollectiveKind("allgather", allgather, False, "every rank's chunks end on every rank", False, _all_but_one,
                        MappingProxyType({_NCCL_TESTS: "all_gather"})),
         CollectiveKind("reduce_scatter", reduce_scatter, False, "chunk r*C+i, reduced over all ranks, ends on rank r",
-                       True, _all_but_one, _MSCCL_REDUCE_SCATTER),
+                       True, _all_but_one, _REDUCESCATTER),
         CollectiveKind("allreduce", allreduce, False, "every chunk reduced over all ranks, on every rank", True,
                        _twice_all_but_one, MappingProxyType({_NCCL_TESTS: "all_reduce"})),
         CollectiveKind("alltoall", alltoall, False, "chunk (s,d) goes from rank s to rank d", False, _all_but_one),

@@ -4,10 +4,13 @@
 a program for a runtime, the runtime it targets when none is given, and how a file names the
 runtime it was written for. ``synth export`` (its ``--format`` choices and defaults) and the
 selection exporter (file names, which files an earlier export wrote) derive from these records.
-``export_schedule`` lowers a schedule and renders it in one step.
+``export_schedule`` lowers a schedule and renders it in one step. Two formats carry no program:
+``nccl-tuner`` and ``nccl-env`` write stock NCCL's own settings for a whole collective
+(``synth.tuner``: the fastest algorithm, protocol and channel count per size), from a size
+selection (``synth report``'s selection.json) or ``synth tune``; their ``render`` is None.
 
 >>> sorted(EXPORTERS), EXPORTERS["msccl-xml"].suffix, EXPORTERS["msccl-xml"].default_runtime
-(['msccl-xml', 'program-json'], '.xml', 'executor')
+(['msccl-xml', 'nccl-env', 'nccl-tuner', 'program-json'], '.xml', 'executor')
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ class Exporter:
     name: str
     description: str
     suffix: str
-    render: Callable[[Program, str | None], str]
+    render: Callable[[Program, str | None], str] | None  # None: NCCL's settings, not a program
     default_runtime: str | None = None
     mark: Callable[[str, str], str] | None = None
+
+    @property
+    def writes_programs(self) -> bool:
+        return self.render is not None
 
     def runtime(self, given: str | None) -> str | None:
         """The runtime a file is written for: the one given, else the format's default."""
@@ -66,8 +73,13 @@ EXPORTERS: dict[str, Exporter] = {
                  default_runtime="executor", mark=_mark_msccl),
         Exporter("program-json", "synth.program v1 JSON (thread blocks, ops, dependencies)", ".program.json",
                  _program_json),
+        Exporter("nccl-tuner", "the config of NCCL's example tuner plugin: stock NCCL's fastest algorithm, "
+                               "protocol and channels per size (from a selection; or synth tune)", ".conf", None),
+        Exporter("nccl-env", "NCCL_ALGO / NCCL_PROTO per collective (NCCL >= 2.24.3) and what they cannot say",
+                 ".env", None),
     )
 }
+PROGRAM_FORMATS = tuple(name for name, e in EXPORTERS.items() if e.writes_programs)
 
 
 def exporter(fmt: str) -> Exporter:
@@ -81,8 +93,12 @@ def exporter(fmt: str) -> Exporter:
 
 def export_schedule(schedule, fmt: str, options) -> tuple[str, Program]:
     """(file text, program) for ``schedule`` lowered with ``options`` (a LoweringOptions) in format ``fmt``."""
+    from synth.core.errors import InputError
     from synth.lower.lowering import lower
 
     record = exporter(fmt)
+    if not record.writes_programs:
+        raise InputError(f"--format {fmt} writes NCCL's own settings for a whole collective, not a schedule: give "
+                         "synth report's selection.json, or run 'synth tune TOPO'")
     program = lower(schedule, options)
     return record.render(program, options.runtime), program

@@ -202,7 +202,7 @@ def file_name(selection: Selection, rng: SizeRange, fmt: str) -> str:
 
 def is_export_name(name: str) -> bool:
     """Whether ``name`` is a file name ``file_name`` makes (a file an earlier export wrote)."""
-    suffixes = "|".join(re.escape(e.suffix) for e in EXPORTERS.values())
+    suffixes = "|".join(re.escape(e.suffix) for e in EXPORTERS.values() if e.writes_programs)
     return re.fullmatch(f"{EXPORT_STEM}({suffixes})", name) is not None
 
 
@@ -214,7 +214,8 @@ def program_name(selection: Selection, rng: SizeRange) -> str:
 def export_selection(selection: Selection, schedules: tuple, fmt: str, options) -> tuple[ExportedFile, ...]:
     """One file per range: ``schedules[i]`` lowered with ``options`` (a LoweringOptions; its protocol,
     byte range and name are the range's); InputError naming the selection and range otherwise."""
-    exporter(fmt)  # an unknown format is one line before any work
+    if not exporter(fmt).writes_programs:  # an unknown format is one line before any work
+        raise InputError(f"--format {fmt} is one file for the whole selection, not one per range")
     out = []
     for rng, schedule in zip(selection.ranges, schedules):
         ranged = replace(options, protocol=rng.protocol, min_bytes=rng.min_bytes, max_bytes=rng.max_bytes,

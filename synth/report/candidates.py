@@ -187,32 +187,15 @@ def baselines(topology: Topology, collective: str) -> list[Candidate]:
 
 
 def nccl_candidates(topology: Topology, collective: str, sizes: list[int]) -> list[Candidate]:
-    """Every schedule NCCL would run somewhere on ``sizes``: each algorithm of ``nccl.OPTIONS``
-    that applies, in each variant a size of the grid selects."""
-    from synth.baselines.nccl import OPTIONS
+    """Every schedule NCCL would run somewhere on ``sizes`` (``synth.baselines.nccl.variants``)."""
+    from synth.baselines.nccl import variants
 
     out: list[Candidate] = []
-    for name in OPTIONS.get(collective.partition(":")[0], ()):
-        try:
-            variants = _variants(registry()[name], topology, collective, sizes)
-        except BaselineNotApplicable:
-            continue
-        for label, schedule in variants:
-            what = label.replace(" pieces=", "-C")  # the file names of earlier reports
-            out.append(Candidate(label, "nccl", schedule, _file(collective, topology, what), None,
-                                 len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank))
+    for label, schedule in variants(topology, collective, sizes):
+        what = label.replace(" pieces=", "-C")  # the file names of earlier reports
+        out.append(Candidate(label, "nccl", schedule, _file(collective, topology, what), None,
+                             len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank))
     return out
-
-
-def _variants(entry, topology: Topology, collective: str, sizes: list[int]) -> list[tuple[str, Schedule]]:
-    """(label, schedule) per distinct variant of a (possibly sized) NCCL algorithm over ``sizes``,
-    each built once with the chunking its ``choices`` picks somewhere on the grid. The label
-    says ``pieces=N``: NCCL's pipelining depth per channel, not the chunks per rank of a C column."""
-    picks = entry.choices(topology, collective, None, sizes) if entry.choices else None
-    if not picks:
-        return [(entry.name, entry.make(topology, collective))]
-    return [(f"{entry.name} pieces={c}", entry.make(topology, collective, None, c))
-            for c in sorted(set(picks.values()))]
 
 
 def from_frontier_dir(folder: str | Path, topology: Topology, collective: str) -> list[Candidate]:

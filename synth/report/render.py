@@ -10,6 +10,7 @@ from typing import Any
 from synth.cost import format_size, speedup_text
 from synth.exporters.selection import SELECTION_FORMAT
 from synth.report.evaluate import TABLE_SIZES, Evaluation, ModelPoint, Shortfall, Winner
+from synth.report.tuning import tuning_markdown
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,8 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         else:
             lines.append("Nowhere on the grid: at every size a synthesized schedule is at least as fast as NCCL.")
         lines.append("")
+    if costing.get("nccl_tuning"):
+        lines += tuning_markdown(costing["nccl_tuning"], topology_name, collective)
     label = costing.get("calibration")
     flag = "" if label is None else f" --calibration {label}"
     lines += [f"Reproduce any number: `synth cost schedules/FILE --sizes 1K,1M,1G --protocol best{flag}`; the whole "
@@ -240,6 +243,7 @@ def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evalua
             "solve_seconds": e.candidate.solve_seconds, "rows": list(e.rows),
         } for e in evaluations],
         "fastest": [_winner(w) for w in picks],
+        "nccl_tuning": costing.get("nccl_tuning"),
         "slower_than_nccl": [{"size": s.size, "synthesized": s.synthesized, "synthesized_us": s.synthesized_us,
                               "nccl": s.nccl, "nccl_us": s.nccl_us} for s in short],
     })

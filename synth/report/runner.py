@@ -20,6 +20,7 @@ from synth.report import candidates as cand
 from synth.report.evaluate import bound_rows, evaluate, nccl_model_points, shortfalls, size_grid, winners
 from synth.report.plots import plot
 from synth.report.render import csv_text, json_doc, markdown, selection_doc
+from synth.report.tuning import nccl_tuning
 
 DEFAULT_SIZES = "1K..4G"
 DEFAULT_CALIBRATION = "default"  # reports cost under the runtime model's default terms
@@ -74,7 +75,8 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     if terms is not None:
         bounds["runtime_busbw_gbps"] = bound_rows(topo, collective, grid[-1:], terms)[0]["busbw_gbps"]
     bound = bound_rows(topo, collective, grid, terms)
-    costing = {"calibration": None if terms is None else terms.label, "nccl_model": model}
+    costing = {"calibration": None if terms is None else terms.label, "nccl_model": model,
+               "nccl_tuning": nccl_tuning(topo, collective, grid, cal)}
     doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound, short, costing, topo.ranks)
     write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid, short,
                                                      costing, doc["verdict"]))

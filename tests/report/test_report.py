@@ -73,6 +73,7 @@ def test_nccl_column_and_shortfalls_follow_the_rows(full4_report):
         mine = min(e["rows"][i]["step_time_us"] for e in ours)
         theirs = min(min(e["rows"][i]["step_time_us"] for e in nccl), doc["nccl_model"][i]["time_us"])
         assert doc["nccl_model"][i]["size"] == size
+        assert doc["nccl_tuning"][i]["time_us"] == pytest.approx(theirs, rel=1e-12)  # what synth tune writes
         assert (size in slower) == (mine > theirs * (1 + 1e-9))
         covering = [w for w in doc["fastest"]
                     if w["min_bytes"] <= size and (w["max_bytes"] is None or size <= w["max_bytes"])]
