@@ -38,8 +38,9 @@ def __getattr__(name: str):
 def add_check_parser(sub) -> None:
     """Add ``check`` to ``sub`` (cli.py's subparsers action)."""
     p = sub.add_parser("check", help="check an MSCCL XML (or synth.program JSON) file against the runtimes' load "
-                                     "rules and replay it, or an NCCL tuner config (synth tune) against the "
-                                     "plugin's rules; exit 0 ok, 4 invalid, 2 unreadable")
+                                     "rules and replay it, an MSCCL++ execution plan against the executor's rules "
+                                     "(and replay it), or an NCCL tuner config (synth tune) against the plugin's "
+                                     "rules; exit 0 ok, 4 invalid, 2 unreadable")
     p.add_argument("file")
     p.add_argument("--runtime", action="append", metavar="NAME",
                    help=f"runtime profile(s) to judge: {', '.join(PROFILES)}, any case (repeatable or comma-separated; "
@@ -114,6 +115,9 @@ def exit_code(doc: dict) -> int:
 def cmd_check(args) -> int:
     if _is_tuner_config(args.file):
         return check_tuner_config(args)
+    plan_doc = _mscclpp_doc(args.file)
+    if plan_doc is not None:
+        return check_mscclpp_plan(args, plan_doc)
     checked = report(args.file, runtimes(args.runtime) if args.runtime else None)
     if args.json:
         print(json.dumps(checked.doc, indent=1))
@@ -122,6 +126,57 @@ def cmd_check(args) -> int:
             print(line)
         print(f"  {checked.why}")
     return exit_code(checked.doc)
+
+
+def _mscclpp_doc(path: str):
+    """The JSON document of an MSCCL++ plan file, or None for any other file (read strictly: a
+    plan cut off is one line naming where, exit 2)."""
+    if not path.endswith(".json"):
+        return None
+    from synth.core.io import read_json
+    from synth.mscclpp.plan import looks_like_plan
+
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(4096).lstrip()[:1] != b"{":
+                return None
+    except OSError:
+        return None
+    doc = read_json(path, wide_ints=True)  # plans write max_message_size 2^64 - 1
+    return doc if looks_like_plan(doc) else None
+
+
+def check_mscclpp_plan(args, doc) -> int:
+    """An MSCCL++ execution plan: the loader's and the spec's rules (synth.mscclpp.rules), then the
+    data-level replay (synth.mscclpp.replay); exit 0 when it loads and the replay does not find
+    it wrong, 4 otherwise."""
+    from synth.mscclpp.plan import read_plan, summary
+    from synth.mscclpp.replay import replay
+    from synth.mscclpp.rules import check_plan
+
+    if args.runtime:
+        raise InputError("--runtime applies to MSCCL XML files; an MSCCL++ plan is checked against mscclpp >= 0.8")
+    plan, problems = read_plan(doc)
+    if plan is not None and plan.schema == "current":
+        problems = problems + check_plan(plan)
+    result = replay(plan)
+    loads = not problems and plan.schema == "current"
+    good = (loads or plan.schema == "legacy") and result.correct is not False
+    if args.json:
+        print(json.dumps({"format": "mscclpp", "schema": plan.schema, "loads": loads,
+                          "problems": [str(p) for p in problems], "notes": list(plan.notes),
+                          "replay": {"correct": result.correct, "problems": list(result.problems),
+                                     "note": result.note}}, indent=1))
+        return EXIT_OK if good else EXIT_INVALID
+    print(f"{args.file}: {summary(plan)}")
+    verdict = "not judged" if plan.schema == "legacy" else "loads" if loads else "does not load"
+    print(f"  mscclpp  {verdict}" + (f" ({len(problems)} problem(s))" if problems else ""))
+    lines = [str(p) for p in problems] + list(plan.notes)
+    print("".join(f"    {line}\n" for line in lines[:30]), end="")
+    label = {True: "correct", False: "INCORRECT", None: "not judged"}[result.correct]
+    print(f"  replay   {label}" + (f" ({result.note})" if result.note else ""))
+    print("".join(f"    {p}\n" for p in result.problems), end="")
+    return EXIT_OK if good else EXIT_INVALID
 
 
 def _is_tuner_config(path: str) -> bool:

@@ -71,6 +71,9 @@ def add_export_parser(sub) -> None:
     p.add_argument("--min-bytes", help="smallest call size it is selected for (bytes, K/M/G; default 0)")
     p.add_argument("--max-bytes", help="largest call size it is selected for, inclusive (default: unbounded)")
     p.add_argument("--inplace", action="store_true", help="the in-place variant (default: out of place)")
+    p.add_argument("--mscclpp-version", choices=("0.8", "0.9", "0.10"),
+                   help="mscclpp-json: the mscclpp release the plan is for (default 0.10; every op written exists "
+                        "from 0.8)")
     p.add_argument("--max-threadblocks", type=int, help="at most N thread blocks per rank")
     p.add_argument("--name", help="algorithm name (default: derived from the schedule)")
     p.add_argument("-o", "--output", required=True, help="file to write (for a selection: the folder)")
@@ -90,8 +93,15 @@ def _size(text: str | None, default: int | None, flag: str) -> int | None:
         raise InputError(f"{flag}: {exc}") from None
 
 
-def footprint(program) -> str:
-    """One line: thread blocks per rank, channels, the longest thread block."""
+def footprint(program, text: str = "") -> str:
+    """One line: thread blocks per rank, channels, the longest thread block (of an MSCCL++ plan,
+    ``text``, when ``program`` is None)."""
+    if program is None:
+        import json
+
+        from synth.mscclpp.plan import read_plan, summary
+
+        return "plan: " + summary(read_plan(json.loads(text))[0]).split(": ", 1)[1]
     return (f"footprint: {program.threadblocks_per_rank} thread blocks per rank, {program.channels} "
             f"channel(s), at most {program.max_ops_per_threadblock} steps per thread block, "
             f"nchunksperloop {program.chunks_per_loop}")
@@ -105,7 +115,8 @@ def _options(args, runtime: str | None):
         channel_policy="max" if args.channels is not None else (args.channel_policy or "link"),
         channels=args.channels, instances=args.instances or 1, inplace=args.inplace,
         max_threadblocks=args.max_threadblocks, min_bytes=_size(args.min_bytes, 0, "--min-bytes"),
-        max_bytes=_size(args.max_bytes, None, "--max-bytes"), name=args.name)
+        max_bytes=_size(args.max_bytes, None, "--max-bytes"), name=args.name,
+        mscclpp_version=args.mscclpp_version)
 
 
 def _read_input(path: str):
@@ -130,6 +141,10 @@ def cmd_export(args) -> int:
 
     if not exporter(args.format).writes_programs:
         return _export_nccl_settings(args)
+    if exporter(args.format).plan is not None:
+        _refuse_msccl_options(args)
+    elif args.mscclpp_version is not None:
+        raise InputError("--mscclpp-version applies to --format mscclpp-json")
     runtime = exporter(args.format).runtime(args.runtime)
     options = _options(args, runtime)
     doc = _read_input(args.schedule)
@@ -142,7 +157,7 @@ def cmd_export(args) -> int:
         raise InputError("--size applies with --calibration (it names the size to choose the protocol for)")
     text, program = export_schedule(schedule, args.format, options)
     text = _marked(text, args.format, runtime)
-    print(footprint(program) + (f" ({runtime})" if runtime else ""), file=sys.stderr)
+    print(footprint(program, text) + (f" ({runtime})" if runtime else ""), file=sys.stderr)
     write_text_atomic(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
@@ -188,6 +203,16 @@ def _calibrated(args, schedule, options):
     print(f"calibration {terms.label} at {format_size(size)}: {options.protocol}, {options.instances} instance(s) "
           f"(the model costs {wanted} thread blocks per link there: {took:.1f} us)", file=sys.stderr)
     return options
+
+
+def _refuse_msccl_options(args) -> None:
+    """The options that shape an MSCCL program do not apply to an MSCCL++ plan: one line."""
+    given = [flag for flag, value in (("--runtime", args.runtime), ("--channels", args.channels),
+                                      ("--channel-policy", args.channel_policy), ("--instances", args.instances),
+                                      ("--max-threadblocks", args.max_threadblocks),
+                                      ("--calibration", args.calibration)) if value is not None]
+    if given:
+        raise InputError(f"{given[0]} does not apply to --format {args.format} (it shapes MSCCL programs)")
 
 
 def _export_nccl_settings(args) -> int:
@@ -253,7 +278,7 @@ def _export_selection(args, doc, options) -> int:
               file=sys.stderr)
     for f in files:
         print(f"wrote {Path(args.output) / f.name}: {f.range.span} bytes, {f.range.protocol}, "
-              f"{f.range.label or f.range.schedule}; {footprint(f.program)}", file=sys.stderr)
+              f"{f.range.label or f.range.schedule}; {footprint(f.program, f.text)}", file=sys.stderr)
     print(_summary(args, selection, len(files), options.runtime), file=sys.stderr)
     return 0
 

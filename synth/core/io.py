@@ -45,9 +45,10 @@ def read_bytes(path: str | Path) -> bytes:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path, wide_ints: bool = False) -> Any:
     """Parse a JSON file (gzip-compressed when the name ends in .gz); any failure is one
-    InputError line naming the file."""
+    InputError line naming the file. ``wide_ints``: integers up to 2^64 - 1 (20 digits), for
+    formats of other tools that write that limit (MSCCL++ plans' max_message_size)."""
     path = Path(path)
     data = read_bytes(path)
     try:
@@ -58,10 +59,10 @@ def read_json(path: str | Path) -> Any:
         raise InputError(f"{path}: not a gzip file (the name ends in .gz)") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
-    return parse_json(text, str(path))
+    return parse_json(text, str(path), wide_ints)
 
 
-def parse_json(text: str, where: str) -> Any:
+def parse_json(text: str, where: str, wide_ints: bool = False) -> Any:
     """Parse strict JSON text: no NaN or Infinity, only finite numbers, integers of at most
     MAX_INT_DIGITS digits, at most MAX_DEPTH levels of nesting. Any problem is one InputError line
     starting with ``where`` and naming the field.
@@ -81,13 +82,15 @@ def parse_json(text: str, where: str) -> Any:
         raise InputError(f"{where}: an integer has far too many digits (at most {MAX_INT_DIGITS})") from None
     except RecursionError:
         raise InputError(f"{where}: nested too deeply (at most {MAX_DEPTH} levels)") from None
-    problem = _shape_problem(doc)
+    limit = _WIDE_LIMIT if wide_ints else _INT_LIMIT
+    problem = _shape_problem(doc, limit)
     if problem == "depth":
         raise InputError(f"{where}: nested too deeply (at most {MAX_DEPTH} levels)")
     if problem == "integer":
-        at, value = _find(doc, _too_big)
+        at, value = _find(doc, partial(_too_big, limit=limit))
+        most = "2^64 - 1" if wide_ints else f"{MAX_INT_DIGITS} digits"
         raise InputError(f"{where}: {at + ': ' if at else ''}integer of {len(str(abs(value)))} digits is too "
-                         f"large (at most {MAX_INT_DIGITS} digits)")
+                         f"large (at most {most})")
     if bad:
         at, _ = _find(doc, lambda value: value is bad[0])
         raise InputError(f"{where}: {at + ': ' if at else ''}{bad[0].problem}")
@@ -95,6 +98,7 @@ def parse_json(text: str, where: str) -> Any:
 
 
 _INT_LIMIT = 10 ** MAX_INT_DIGITS
+_WIDE_LIMIT = 2**64  # exclusive: the largest unsigned 64-bit integer is allowed
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,11 +122,11 @@ def _parse_constant(bad: list, text: str) -> Any:
     return bad[-1]
 
 
-def _too_big(value: Any) -> bool:
-    return type(value) is int and not -_INT_LIMIT < value < _INT_LIMIT
+def _too_big(value: Any, limit: int = _INT_LIMIT) -> bool:
+    return type(value) is int and not -limit < value < limit
 
 
-def _shape_problem(doc: Any) -> str | None:
+def _shape_problem(doc: Any, limit: int = _INT_LIMIT) -> str | None:
     """Why ``doc`` is refused: "depth" (containers nest deeper than MAX_DEPTH), "integer" (an
     integer too large), or None. One level at a time, without recursion (fast on big schedules)."""
     level, depth = [doc] if type(doc) is dict or type(doc) is list else [], 0
@@ -133,9 +137,9 @@ def _shape_problem(doc: Any) -> str | None:
         values = list(chain.from_iterable(node.values() if type(node) is dict else node for node in level))
         level = [v for v in values if type(v) is dict or type(v) is list]
         ints = [v for v in values if type(v) is int]
-        if ints and (max(ints) >= _INT_LIMIT or min(ints) <= -_INT_LIMIT):
+        if ints and (max(ints) >= limit or min(ints) <= -limit):
             return "integer"
-    return "integer" if _too_big(doc) else None
+    return "integer" if _too_big(doc, limit) else None
 
 
 def _find(doc: Any, wanted) -> tuple[str, Any]:

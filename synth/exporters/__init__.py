@@ -7,16 +7,17 @@ selection exporter (file names, which files an earlier export wrote) derive from
 ``export_schedule`` lowers a schedule and renders it in one step. Two formats carry no program:
 ``nccl-tuner`` and ``nccl-env`` write stock NCCL's own settings for a whole collective
 (``synth.tuner``: the fastest algorithm, protocol and channel count per size), from a size
-selection (``synth report``'s selection.json) or ``synth tune``; their ``render`` is None.
+selection (``synth report``'s selection.json) or ``synth tune``; their ``render`` is None. One
+lowers the schedule itself: ``mscclpp-json`` (``synth.mscclpp.lower``: an MSCCL++ execution plan).
 
 >>> sorted(EXPORTERS), EXPORTERS["msccl-xml"].suffix, EXPORTERS["msccl-xml"].default_runtime
-(['msccl-xml', 'nccl-env', 'nccl-tuner', 'program-json'], '.xml', 'executor')
+(['msccl-xml', 'mscclpp-json', 'nccl-env', 'nccl-tuner', 'program-json'], '.xml', 'executor')
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # the program model is imported where an exporter runs: building the CLI stays light
     from synth.program.ir import Program
@@ -31,13 +32,15 @@ class Exporter:
     name: str
     description: str
     suffix: str
-    render: Callable[[Program, str | None], str] | None  # None: NCCL's settings, not a program
+    render: Callable[[Program, str | None], str] | None  # None: no MSCCL program (NCCL's settings, a plan)
     default_runtime: str | None = None
     mark: Callable[[str, str], str] | None = None
+    plan: Callable[[Any, Any], str] | None = None  # (schedule, LoweringOptions) -> text: lowers itself
 
     @property
     def writes_programs(self) -> bool:
-        return self.render is not None
+        """One file per schedule (an MSCCL program or an MSCCL++ plan), not NCCL's settings."""
+        return self.render is not None or self.plan is not None
 
     def runtime(self, given: str | None) -> str | None:
         """The runtime a file is written for: the one given, else the format's default."""
@@ -60,6 +63,20 @@ def _mark_msccl(text: str, runtime: str) -> str:
     return mark(text, runtime)
 
 
+def _mscclpp_plan(schedule, options) -> str:
+    import json
+
+    from synth.core.errors import InputError
+    from synth.mscclpp.lower import PlanOptions, lower_plan
+
+    if options.protocol not in ("Simple", "LL"):
+        raise InputError(f"MSCCL++ plans run Simple or LL, not {options.protocol}")
+    plan = PlanOptions(protocol=options.protocol, version=options.mscclpp_version or "0.10",
+                       inplace=options.inplace, min_bytes=options.min_bytes, max_bytes=options.max_bytes,
+                       name=options.name)
+    return json.dumps(lower_plan(schedule, plan), indent=1) + "\n"
+
+
 def _program_json(program: Program, runtime: str | None) -> str:
     from synth.program.document import program_to_json
 
@@ -73,6 +90,8 @@ EXPORTERS: dict[str, Exporter] = {
                  default_runtime="executor", mark=_mark_msccl),
         Exporter("program-json", "synth.program v1 JSON (thread blocks, ops, dependencies)", ".program.json",
                  _program_json),
+        Exporter("mscclpp-json", "an MSCCL++ execution plan (mscclpp >= 0.8): memory and port channels, "
+                                 "explicit signals; Simple or LL", ".mscclpp.json", None, plan=_mscclpp_plan),
         Exporter("nccl-tuner", "the config of NCCL's example tuner plugin: stock NCCL's fastest algorithm, "
                                "protocol and channels per size (from a selection; or synth tune)", ".conf", None),
         Exporter("nccl-env", "NCCL_ALGO / NCCL_PROTO per collective (NCCL >= 2.24.3) and what they cannot say",
@@ -91,8 +110,9 @@ def exporter(fmt: str) -> Exporter:
     return EXPORTERS[fmt]
 
 
-def export_schedule(schedule, fmt: str, options) -> tuple[str, Program]:
-    """(file text, program) for ``schedule`` lowered with ``options`` (a LoweringOptions) in format ``fmt``."""
+def export_schedule(schedule, fmt: str, options) -> tuple[str, Program | None]:
+    """(file text, program) for ``schedule`` lowered with ``options`` (a LoweringOptions) in format
+    ``fmt``; the program is None for a format that lowers the schedule itself (an MSCCL++ plan)."""
     from synth.core.errors import InputError
     from synth.lower.lowering import lower
 
@@ -100,5 +120,7 @@ def export_schedule(schedule, fmt: str, options) -> tuple[str, Program]:
     if not record.writes_programs:
         raise InputError(f"--format {fmt} writes NCCL's own settings for a whole collective, not a schedule: give "
                          "synth report's selection.json, or run 'synth tune TOPO'")
+    if record.plan is not None:
+        return record.plan(schedule, options), None
     program = lower(schedule, options)
     return record.render(program, options.runtime), program

@@ -85,7 +85,7 @@ class ExportedFile:
     name: str
     text: str
     range: SizeRange
-    program: Program
+    program: Program | None  # None: a format that lowers the schedule itself (an MSCCL++ plan)
 
 
 def is_selection(doc: Any) -> bool:
@@ -218,7 +218,10 @@ def export_selection(selection: Selection, schedules: tuple, fmt: str, options) 
         raise InputError(f"--format {fmt} is one file for the whole selection, not one per range")
     out = []
     for rng, schedule in zip(selection.ranges, schedules):
-        ranged = replace(options, protocol=rng.protocol, min_bytes=rng.min_bytes, max_bytes=rng.max_bytes,
+        protocol = rng.protocol
+        if exporter(fmt).plan is not None and protocol == "LL128":
+            protocol = "Simple"  # MSCCL++ has no LL128: the range's plan runs Simple
+        ranged = replace(options, protocol=protocol, min_bytes=rng.min_bytes, max_bytes=rng.max_bytes,
                          name=program_name(selection, rng))
         try:
             text, program = export_schedule(schedule, fmt, ranged)

@@ -88,6 +88,7 @@ class LoweringOptions:
     min_bytes: int = 0
     max_bytes: int | None = None
     name: str | None = None
+    mscclpp_version: str | None = None  # mscclpp-json only: the release the plan is for (default 0.10)
 
 
 # ---------------------------------------------------------------------- driver
