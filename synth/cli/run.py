@@ -25,7 +25,7 @@ def add_run_parser(sub) -> None:
     """Add ``run`` to ``sub`` (cli.py's subparsers action)."""
     p = sub.add_parser("run", help="run a schedule, synth.program or MSCCL XML file on real processes with "
                                     "torch.distributed; checked against torch's own collective")
-    p.add_argument("file", help="a synth.schedule, synth.program JSON or MSCCL XML file")
+    p.add_argument("file", help="a synth.schedule, synth.program JSON, MSCCL XML or MSCCL++ plan file")
     p.add_argument("--size", action="append", metavar="S",
                    help="call size in bytes (K/M/G = powers of 1024), as nccl-tests counts it; repeatable or "
                         "comma-separated (default 1K,1M)")

@@ -45,6 +45,7 @@ COLLECTIVES = {"allreduce": "allreduce", "allgather": "allgather", "reduce_scatt
 MAX_OPS = 62  # per block: MAX_OPERATION 64 minus the semaphore and nop that chain the blocks
 MAX_IDS = 8  # channel ids per op
 MAX_BLOCKS = 128  # blocks a rank may chain (all resident at once)
+MAX_CHANNELS = 16  # channels of a type, and remote buffers of an access type, per thread block
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ def lower_plan(schedule: Schedule, options: PlanOptions = PlanOptions()) -> dict
     planner = Planner(schedule, layout, PlanConfig(cap=1, pair_all=False, spread=1), "one").run()
     writer = _Writer(schedule, layout, planner, options)
     gpus = [writer.gpu(r) for r in range(coll.ranks)]
+    largest = _largest_size(gpus, coll.name, options.protocol)
+    if options.max_bytes is not None and options.max_bytes > largest:
+        raise InputError(f"max bytes {options.max_bytes}: past {largest} a buffer offset of this plan passes 2^32, "
+                         "which MSCCL++ keeps in 32 bits")
     name = options.name or f"synth_{coll.name}_{schedule.topology.name}_{len(schedule.steps)}s"
     rooted = {} if coll.root is None else {"root": coll.root}  # for readers: the executor reads no root
     return {
@@ -77,9 +82,20 @@ def lower_plan(schedule: Schedule, options: PlanOptions = PlanOptions()) -> dict
         "inplace": options.inplace, "reuse_resources": False, "num_threads_per_block": 1024,
         "use_double_scratch_buffer": options.protocol == "LL", "buffer_alignment": options.alignment,
         "min_message_size": options.min_bytes,
-        "max_message_size": 2**64 - 1 if options.max_bytes is None else options.max_bytes,
+        "max_message_size": largest if options.max_bytes is None else options.max_bytes,
         "gpus": gpus,
     }
+
+
+def _largest_size(gpus: list[dict], collective: str, protocol: str) -> int:
+    """The largest message (as the executor checks it: the output for allgather, else the input)
+    whose every byte offset stays below 2^32 (R12; LL doubles scratch offsets)."""
+    worst = 1.0
+    for g in gpus:
+        checked = g["output_chunks"] if collective == "allgather" else g["input_chunks"]
+        scratch = g["scratch_chunks"] * (2 if protocol == "LL" else 1)
+        worst = max(worst, max(g["input_chunks"], g["output_chunks"], scratch) / checked)
+    return int((2**32 - 1) / worst)
 
 
 def _check(schedule: Schedule, options: PlanOptions) -> None:
@@ -155,6 +171,10 @@ class _Writer:
         kinds = {p: self._kind(rank, p) for p in peers}
         memory = [p for p in peers if kinds[p] == "memory"]
         port = [p for p in peers if kinds[p] == "port"]
+        for kind, group in (("memory", memory), ("port", port)):
+            if len(group) > MAX_CHANNELS:
+                raise InputError(f"rank {rank} talks to {len(group)} peers over {kind} channels: a thread block "
+                                 f"holds at most {MAX_CHANNELS} channels of a type")
         channels = ([{"channel_type": "memory", "connected_to": memory}] if memory else []) + \
                    ([{"channel_type": "port", "connected_to": port}] if port else [])
         self.channel_index = {p: (kinds[p], (memory if kinds[p] == "memory" else port).index(p)) for p in peers}
@@ -289,6 +309,8 @@ class _Writer:
                     if gpu_id not in refs[kind]:
                         refs[kind].append(gpu_id)
                     ref["buffer_id"] = refs[kind].index(gpu_id)
+        if any(len(ids) > MAX_CHANNELS for ids in refs.values()):
+            raise InputError(f"a thread block would reach more than {MAX_CHANNELS} remote buffers of one access type")
         channels = ([{"channel_type": "memory", "channel_ids": list(range(len(memory)))}] if memory else []) + \
                    ([{"channel_type": "port", "channel_ids": list(range(len(port)))}] if port else [])
         remote = [{"access_channel_type": kind, "remote_buffer_ids": ids} for kind, ids in refs.items() if ids]

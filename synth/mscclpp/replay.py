@@ -53,6 +53,8 @@ class ReplayResult:
     correct: bool | None
     problems: tuple[str, ...]
     note: str = ""
+    trace: tuple = ()  # (rank, op, sources, targets) of every data op, in an order the plan allows
+    pieces: int = 1  # elements per chunk in the trace's locations
 
 
 @dataclass
@@ -107,6 +109,7 @@ class _Replay:
         self.semaphores = {(r, s): (v, []) for r, g in enumerate(plan.gpus) for s, v in enumerate(g.semaphores)}
         self.barriers: dict[tuple, list[int]] = {}
         self.problems: list[str] = []
+        self.trace: list[tuple] = []
         self._initial_state()
 
     # ------------------------------------------------------------------ layout
@@ -146,7 +149,7 @@ class _Replay:
         correct, note = self._judge()
         if self.problems:
             correct = False if correct is not None else None
-        return ReplayResult(correct, tuple(self.problems[:MAX_PROBLEMS]), note)
+        return ReplayResult(correct, tuple(self.problems[:MAX_PROBLEMS]), note, tuple(self.trace), self.pieces)
 
     def say(self, text: str) -> None:
         if text not in self.problems:
@@ -281,6 +284,7 @@ class _Replay:
         results = self.compute(op, sources, state)
         if results is None:
             return True
+        self.trace.append((state.rank, op, sources, targets))
         known = list(state.vc)  # a packet read orders this op after the packet's writer
         for i in packet_in:
             for loc in sources[i]:

@@ -9,7 +9,9 @@ nccl-tests size S, and how the caller's packed input/output tensors map onto the
 - a ``synth.schedule`` (verified on load, then lowered with synth.lower; an alltoallv schedule is
   lowered with the custom buffer layout: chunk c at offset c of the input and the output);
 - a ``synth.program`` JSON file (synth.program.document);
-- an MSCCL XML file, ours or anyone's (synth.msccl.xml_reader, read as the runtimes read it).
+- an MSCCL XML file, ours or anyone's (synth.msccl.xml_reader, read as the runtimes read it);
+- an MSCCL++ execution plan, checked against the executor's rules and replayed, then run in an
+  order its synchronisation allows (synth.mscclpp.program).
 
 ``precheck`` replays the Program with our own checker (synth.program.replay) before anything runs.
 
@@ -84,7 +86,7 @@ class Runnable:
 
 # ---------------------------------------------------------------------- loading
 def load_runnable(path: str, inplace: bool | None = None, root: int | None = None) -> Runnable:
-    """The Runnable in ``path`` (a synth.schedule, synth.program JSON or MSCCL XML file); InputError
+    """The Runnable in ``path`` (a synth.schedule, synth.program JSON, MSCCL XML or MSCCL++ plan); InputError
     (one line naming the file) when it cannot be read or has nothing torch could compare it with."""
     from pathlib import Path
 
@@ -95,8 +97,12 @@ def load_runnable(path: str, inplace: bool | None = None, root: int | None = Non
     if suffix == ".xml" or (suffix not in (".json", ".gz")
                             and read_bytes(path)[:4096].lstrip()[:1] not in (b"{", b"[")):
         return runnable_from_program(read_program_file(path)[0], path, "msccl-xml", inplace, root)
-    doc = read_json(path)  # .json, .json.gz (results/ ships big schedules gzipped), or JSON by content
-    fmt = doc.get("format") if isinstance(doc, dict) else None
+    doc = read_json(path, wide_ints=True)  # .json, .json.gz (big schedules gzipped), or JSON by content;
+    fmt = doc.get("format") if isinstance(doc, dict) else None  # MSCCL++ plans write 2^64 - 1
+    from synth.mscclpp.plan import looks_like_plan
+
+    if looks_like_plan(doc):
+        return runnable_from_plan(doc, path, inplace, root)
     if fmt == "synth.schedule":
         from synth.verify import schedule_from_doc
 
@@ -105,7 +111,30 @@ def load_runnable(path: str, inplace: bool | None = None, root: int | None = Non
         from synth.program.document import program_from_dict
 
         return runnable_from_program(program_from_dict(doc, where=str(path)), path, "program", inplace, root)
-    raise InputError(f"{path}: 'format' must be 'synth.schedule' or 'synth.program', got {fmt!r}")
+    raise InputError(f"{path}: 'format' must be 'synth.schedule' or 'synth.program' (or the file an MSCCL++ "
+                     f"plan), got {fmt!r}")
+
+
+def runnable_from_plan(doc, source: str, inplace: bool | None = None, root: int | None = None) -> Runnable:
+    """An MSCCL++ plan (synth.mscclpp.program: its ops in an order it allows, as sends, receives and
+    local work); InputError when it breaks a rule of the executor or the replay finds it wrong."""
+    from synth.mscclpp.plan import read_plan
+    from synth.mscclpp.program import program_of
+    from synth.mscclpp.rules import check_plan
+
+    plan, problems = read_plan(doc)
+    if plan is not None and plan.schema == "current":
+        problems = problems + check_plan(plan)
+    if problems:
+        raise InputError(f"{source}: the MSCCL++ executor would not load it: {problems[0]}")
+    if inplace is not None and inplace != plan.inplace:
+        raise InputError(f"{source}: the plan runs {'in place' if plan.inplace else 'out of place'} only")
+    try:
+        program = program_of(plan)
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
+    return runnable_from_program(program, source, "mscclpp-json", plan.inplace,
+                                 root if root is not None else plan.root)
 
 
 def runnable_from_schedule(schedule: Schedule, source: str, inplace: bool | None = None,

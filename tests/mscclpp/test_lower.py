@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from synth.cli.main import main
 from synth.mscclpp.lower import PlanOptions, lower_plan
 from synth.mscclpp.plan import read_plan
 from synth.mscclpp.replay import replay
 from synth.mscclpp.rules import check_plan
 from synth.verify import load_schedule
+from tests.cli_run import run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "results" / "dgx1").glob("*/schedules/*.json*"))
@@ -47,12 +47,6 @@ def test_breaking_an_exported_plan_is_caught():
     for index in reversed(nops):
         del doc["gpus"][3]["threadblocks"][0]["ops"][index]
     assert judged(doc)[1].correct is False
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_export_and_check_a_plan(tmp_path, capsys):

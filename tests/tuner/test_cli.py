@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from synth.cli.main import main
 from synth.tuner.rules import check_text
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli_run import run
 
 
 def test_tune_writes_a_file_check_passes(tmp_path, capsys):
