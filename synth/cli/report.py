@@ -32,8 +32,12 @@ def add_report_parser(sub) -> None:
                                                     "pip install 'synth[ray]')")
     p.add_argument("--job-timeout", type=float, metavar="SEC",
                    help="with --all: stop a report that runs longer and go on with the others")
-    p.add_argument("--replot", metavar="DIR", help="only redraw busbw.png, time.png and speedup.png of the report in "
-                                                  "DIR from its report.json (into -o, default DIR)")
+    p.add_argument("--max-threadblocks", type=int, metavar="N",
+                   help="the fastest schedule within N thread blocks per rank at each size (at most N // blocks "
+                        "instances; NCCL at most N channels); default: no budget")
+    p.add_argument("--replot", metavar="DIR",
+                   help="only redraw busbw.png, time.png, speedup.png and threadblocks.png of the report in DIR "
+                        "from its report.json (into -o, default DIR)")
     p.set_defaults(func=cmd_report)
 
 
@@ -76,13 +80,15 @@ def cmd_report(args) -> int:
         raise InputError("report needs TOPO COLL (or --all)")
     if args.force or args.job_timeout is not None or args.ray:
         raise InputError("--force, --ray and --job-timeout apply to --all")
+    if args.max_threadblocks is not None and args.max_threadblocks < 1:
+        raise InputError(f"--max-threadblocks must be at least 1, got {args.max_threadblocks}")
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")
     out = args.output or f"results/{args.topology}/{args.collective}"
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say, jobs=args.jobs,
-                 calibration=args.calibration)
-    print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, speedup.png, selection.json",
-          file=sys.stderr)
+                 calibration=args.calibration, max_threadblocks=args.max_threadblocks)
+    print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, speedup.png, threadblocks.png, "
+          "selection.json", file=sys.stderr)
     for line in summary_lines(doc):
         print(line)
     return 0

@@ -32,6 +32,7 @@ class Evaluation:
     candidate: Candidate
     rows: tuple[dict[str, Any], ...]  # cost_rows over the grid
     table: tuple[dict[str, Any], ...]  # cost_rows at TABLE_SIZES
+    blocks: int | None = None  # thread blocks per rank per instance (synth.report.budget.footprint)
 
     def time_at(self, index: int) -> float:
         return self.rows[index]["step_time_us"]
@@ -120,12 +121,19 @@ def collective_bounds(topology: Topology, collective: str, terms: RuntimeTerms |
 
 
 def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
-             terms: RuntimeTerms | None = None, collective: str | None = None) -> list[Evaluation]:
+             terms: RuntimeTerms | None = None, collective: str | None = None,
+             budget: int | None = None, footprints=None) -> list[Evaluation]:
     """Every candidate's cost rows. ``bound_time_us``/``bound_fraction`` are the collective's
     bound at the size (``collective_bounds``: the same for every row at a size);
     ``own_chunking_bound_time_us``/``own_chunking_bound_fraction`` are the bound of the
     schedule's own chunking (what ``synth cost`` prints), which can be higher.
-    ``collective``: its name as given (default: the first candidate's collective's name)."""
+    ``collective``: its name as given (default: the first candidate's collective's name).
+    ``budget``: thread blocks per rank (synth.report.budget): a candidate that cannot fit is left
+    out, the others run at most as many instances as fit; every row says its thread blocks."""
+    from synth.report.budget import Footprints, capped
+
+    footprints = footprints or Footprints()
+
     if not candidates:
         return []
     reference = collective_bounds(topology, collective or candidates[0].schedule.collective.name, terms)
@@ -136,10 +144,22 @@ def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
         key = (coll.name, coll.chunks, coll.root)
         if key not in own:
             own[key] = bounds_of(topology, coll, terms)  # as ``synth cost`` does
-        rows = _with_own_bound(cost_rows(c.schedule, sizes, reference, "best", terms), own[key])
-        table = _with_own_bound(cost_rows(c.schedule, TABLE_SIZES, reference, "best", terms), own[key])
-        out.append(Evaluation(c, tuple(rows), tuple(table)))
+        blocks = footprints.of(c.schedule, c.kind, budget)
+        if blocks is None and budget is not None:
+            continue  # cannot run within the budget
+        mine = capped(terms, blocks or 1, budget)
+        rows = _with_blocks(_with_own_bound(cost_rows(c.schedule, sizes, reference, "best", mine), own[key]), blocks)
+        table = _with_blocks(_with_own_bound(cost_rows(c.schedule, TABLE_SIZES, reference, "best", mine), own[key]),
+                             blocks)
+        out.append(Evaluation(c, tuple(rows), tuple(table), blocks))
     return out
+
+
+def _with_blocks(rows: list[dict[str, Any]], blocks: int | None) -> list[dict[str, Any]]:
+    """``rows`` with the thread blocks per rank each runs with (blocks x instances)."""
+    if blocks is None:
+        return rows
+    return [{**row, "threadblocks": blocks * row.get("channels", 1)} for row in rows]
 
 
 def _with_own_bound(rows: list[dict[str, Any]], own) -> list[dict[str, Any]]:
@@ -156,16 +176,19 @@ def _with_own_bound(rows: list[dict[str, Any]], own) -> list[dict[str, Any]]:
 MEASURED_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
 
 
-def nccl_model_points(topology: Topology, collective: str, sizes: list[int], calibration) -> list[ModelPoint] | None:
+def nccl_model_points(topology: Topology, collective: str, sizes: list[int], calibration,
+                      budget: int | None = None) -> list[ModelPoint] | None:
     """What NCCL takes at every size in the runtime model under ``calibration`` (one process per
     GPU); None for a collective the shared runs do not check it on (``MEASURED_COLLECTIVES``:
     allreduce and allgather runs, and reduce-scatter, which runs allgather's ring backwards). Its
     point-to-point alltoall, for one, assumes every peer at the GPU's port rate, which a
     partial mesh such as DGX-1's does not give."""
     from synth.measure.runtime import Launch, describe, nccl_time
+    from synth.report.budget import capped_calibration
 
     if collective not in MEASURED_COLLECTIVES:
         return None
+    calibration = capped_calibration(calibration, budget)
     machine = describe(topology)
     launch = Launch("processes")
     points = []

@@ -20,7 +20,7 @@ from synth.core.errors import InputError
 from synth.cost import LEVEL, format_size, speedup_text
 from synth.report.render import SizePoint, costing_text, size_points
 
-PLOTS = ("busbw.png", "time.png", "speedup.png")
+PLOTS = ("busbw.png", "time.png", "speedup.png", "threadblocks.png")  # the last where the doc has budget_curve
 SYNTHESIZED, NCCL, CLASSIC = "synthesized", "nccl", "classic"
 PALETTES = {  # one hue family per kind; PROMINENT colours appear in none of them
     SYNTHESIZED: ("#e6550d", "#f0a030", "#d62728", "#e7298a", "#a63603", "#fd8d3c"),
@@ -238,8 +238,39 @@ def figures(doc: dict[str, Any]) -> dict[str, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
-    return {"busbw.png": _lines_figure(doc, True), "time.png": _lines_figure(doc, False),
-            "speedup.png": _speedup_figure(doc)}
+    out = {"busbw.png": _lines_figure(doc, True), "time.png": _lines_figure(doc, False),
+           "speedup.png": _speedup_figure(doc)}
+    if doc.get("budget_curve"):
+        out["threadblocks.png"] = _budget_figure(doc)
+    return out
+
+
+def _budget_figure(doc: dict[str, Any]):
+    """Time against thread blocks per rank at the table sizes: the fastest synthesized schedule
+    (solid) and NCCL (dashed) within each budget; "none" (no budget) at the right."""
+    import matplotlib.pyplot as plt
+
+    from synth.cost import format_size
+
+    curve = doc["budget_curve"]
+    budgets = sorted({row["budget"] for row in curve if row["budget"] is not None})
+    unbounded = 2 * budgets[-1] if budgets else 1
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, size in enumerate(sorted({row["size"] for row in curve})):
+        rows = sorted((r for r in curve if r["size"] == size), key=lambda r: r["budget"] or unbounded)
+        xs = [r["budget"] or unbounded for r in rows]
+        colour = f"C{i}"
+        ax.plot(xs, [r["synthesized_us"] for r in rows], "-o", color=colour,
+                label=f"synthesized @{format_size(size)}")
+        ax.plot(xs, [r["nccl_us"] for r in rows], "--s", color=colour, label=f"NCCL @{format_size(size)}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(budgets + [unbounded], [str(b) for b in budgets] + ["none"])
+    ax.set_xlabel("thread blocks per rank (budget)")
+    ax.set_ylabel("time (us)")
+    ax.set_title(f"{doc['collective']} on {doc['topology']}: time within a thread-block budget")
+    ax.legend(fontsize=8)
+    return fig
 
 
 def plot(doc: dict[str, Any], folder: Path) -> list[Path]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from synth.cost import format_size, speedup_text
 from synth.exporters.selection import SELECTION_FORMAT
+from synth.report.budget import budget_markdown
 from synth.report.evaluate import TABLE_SIZES, Evaluation, ModelPoint, Shortfall, Winner
 from synth.report.tuning import tuning_markdown
 
@@ -162,11 +163,15 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         lines.append("")
     if costing.get("nccl_tuning"):
         lines += tuning_markdown(costing["nccl_tuning"], topology_name, collective)
+    if costing.get("budget_curve"):
+        lines += budget_markdown(costing["budget_curve"], costing.get("max_threadblocks"), evaluations)
     label = costing.get("calibration")
     flag = "" if label is None else f" --calibration {label}"
+    budget = "" if not costing.get("max_threadblocks") else f" --max-threadblocks {costing['max_threadblocks']}"
     lines += [f"Reproduce any number: `synth cost schedules/FILE --sizes 1K,1M,1G --protocol best{flag}`; the whole "
               f"report: `synth report {topology_name} {collective}" + (" --calibration none" if label is None else
-                                                                      "" if label == "default" else flag) + "`.", ""]
+                                                                      "" if label == "default" else flag)
+              + budget + "`.", ""]
     return "\n".join(lines)
 
 
@@ -239,11 +244,14 @@ def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         "bound": bound,
         "schedules": [{
             "label": e.candidate.label, "kind": e.candidate.kind, "file": f"schedules/{e.candidate.file_name}",
+            "threadblocks_per_instance": e.blocks,
             "steps": e.candidate.steps, "rounds": e.candidate.rounds, "chunks": e.candidate.chunks,
             "solve_seconds": e.candidate.solve_seconds, "rows": list(e.rows),
         } for e in evaluations],
         "fastest": [_winner(w) for w in picks],
         "nccl_tuning": costing.get("nccl_tuning"),
+        "max_threadblocks": costing.get("max_threadblocks"),
+        "budget_curve": costing.get("budget_curve"),
         "slower_than_nccl": [{"size": s.size, "synthesized": s.synthesized, "synthesized_us": s.synthesized_us,
                               "nccl": s.nccl, "nccl_us": s.nccl_us} for s in short],
     })

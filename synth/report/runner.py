@@ -17,6 +17,7 @@ from synth.core.errors import InputError
 from synth.core.io import dumps, read_json, save_schedule, write_text_atomic
 from synth.core.library import resolve_topology
 from synth.report import candidates as cand
+from synth.report.budget import Footprints, budget_curve, capped_calibration
 from synth.report.evaluate import bound_rows, evaluate, nccl_model_points, shortfalls, size_grid, winners
 from synth.report.plots import plot
 from synth.report.render import csv_text, json_doc, markdown, selection_doc
@@ -37,9 +38,10 @@ Say = Callable[[str], None]
 
 def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT_SIZES,
            from_dir: str | None = None, time_limit: float = 120.0, say: Say | None = None,
-           jobs: int = 1, calibration: str = DEFAULT_CALIBRATION) -> dict:
+           jobs: int = 1, calibration: str = DEFAULT_CALIBRATION, max_threadblocks: int | None = None) -> dict:
     """Synthesize (or read), add baselines and bounds, evaluate and write the report folder.
     ``jobs`` > 1: the MILP router's size variants run side by side (the same report).
+    ``max_threadblocks``: at most that many thread blocks per rank (synth.report.budget).
     ``calibration``: a synth.calibration file, ``default`` (the built-in terms) or ``none`` (the
     contract model, protocol factors only)."""
     from synth.measure.calibration import load_calibration
@@ -62,10 +64,13 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     candidates = found + nccl + cand.baselines(topo, collective)
     say(f"{topo.name} {collective}: {len(found)} synthesized, {len(nccl)} NCCL, "
         f"{len(candidates) - len(found) - len(nccl)} classic baselines; evaluating over {len(grid)} sizes")
-    evaluations = prune_extras(evaluate(topo, candidates, grid, terms, collective))
+    footprints = Footprints()
+    evaluations = prune_extras(evaluate(topo, candidates, grid, terms, collective, max_threadblocks, footprints))
+    if not evaluations:
+        raise InputError(f"no schedule runs within {max_threadblocks} thread blocks per rank")
     for e in evaluations:
         save_schedule(folder / "schedules" / e.candidate.file_name, e.candidate.schedule)
-    model = None if cal is None else nccl_model_points(topo, collective, grid, cal)
+    model = None if cal is None else nccl_model_points(topo, collective, grid, cal, max_threadblocks)
     picks = winners(evaluations, grid, model)
     short = shortfalls(evaluations, grid, model)
     b = lower_bounds(topo, make_collective(collective, topo.ranks))
@@ -76,7 +81,9 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
         bounds["runtime_busbw_gbps"] = bound_rows(topo, collective, grid[-1:], terms)[0]["busbw_gbps"]
     bound = bound_rows(topo, collective, grid, terms)
     costing = {"calibration": None if terms is None else terms.label, "nccl_model": model,
-               "nccl_tuning": nccl_tuning(topo, collective, grid, cal)}
+               "nccl_tuning": nccl_tuning(topo, collective, grid, capped_calibration(cal, max_threadblocks)),
+               "max_threadblocks": max_threadblocks,
+               "budget_curve": budget_curve(topo, collective, candidates, terms, cal, footprints)}
     doc = json_doc(topo.name, collective, bounds, evaluations, picks, grid, bound, short, costing, topo.ranks)
     write_text_atomic(folder / "report.md", markdown(topo.name, collective, bounds, evaluations, picks, grid, short,
                                                      costing, doc["verdict"]))
@@ -165,7 +172,8 @@ def index(root: Path, reports=ALL_REPORTS) -> str:
     """results/README.md: one row per report, with the winner at 1 KB, 1 MB and 1 GB."""
     lines = ["# Results", "",
              "Regenerate with `synth report --all` (resumes: finished reports are kept; `--force` redoes them).",
-             "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, speedup.png,",
+             "Each folder has report.md (tables), report.csv / report.json, busbw.png, time.png, speedup.png, "
+             "threadblocks.png,",
              "selection.json",
              "and schedules/ (every schedule named in the report; `synth cost` reproduces its numbers).", "",
              "Times are the step model under the runtime terms of the default calibration (docs/cost-model.md), each",

@@ -164,7 +164,7 @@ def test_plots_draw_the_selection_nccls_best_and_a_readable_legend(small, tmp_pa
 
     _, doc = small
     figs = figures(doc)
-    assert set(figs) == {"busbw.png", "time.png", "speedup.png"}
+    assert set(figs) == {"busbw.png", "time.png", "speedup.png", "threadblocks.png"}  # the last: budget curve
     try:
         for name in ("busbw.png", "time.png"):
             ax = figs[name].axes[0]
@@ -188,12 +188,13 @@ def test_plots_draw_the_selection_nccls_best_and_a_readable_legend(small, tmp_pa
         for fig in figs.values():
             plt.close(fig)
     paths = plot(doc, tmp_path)
-    assert sorted(p.name for p in paths) == ["busbw.png", "speedup.png", "time.png"]
+    assert sorted(p.name for p in paths) == ["busbw.png", "speedup.png", "threadblocks.png", "time.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
 
 
 def test_replot_redraws_from_report_json(small, tmp_path):
     out, _ = small
     assert main(["report", "--replot", str(out), "-o", str(tmp_path / "again")]) == 0
-    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == ["busbw.png", "speedup.png", "time.png"]
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == ["busbw.png", "speedup.png", "threadblocks.png",
+                                                                       "time.png"]
     assert main(["report", "--replot", str(tmp_path / "nothing")]) == 2
