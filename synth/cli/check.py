@@ -194,13 +194,13 @@ def check_tuner_config(args) -> int:
     """A config of NCCL's example tuner plugin read with the plugin's rules (synth.tuner.rules):
     every finding, then a verdict; exit 0 when there is none, 4 otherwise."""
     from synth.tuner.config import plugin_name
-    from synth.tuner.rules import _comm_text, check_text, read_config
+    from synth.tuner.rules import check_text, communicator_text, read_config
 
     if args.runtime:
         raise InputError("--runtime applies to MSCCL files; a tuner config is read as NCCL's example plugin reads it")
     checked = check_text(read_config(args.file))
     names = sorted({plugin_name(line.collective) for line in checked.lines})
-    comms = ", ".join(_comm_text(c) for c in checked.communicators)
+    comms = ", ".join(communicator_text(c) for c in checked.communicators)
     if args.json:
         print(json.dumps({"format": "nccl-tuner", "lines": len(checked.lines), "collectives": names,
                           "communicators": [list(c) for c in checked.communicators],

@@ -245,7 +245,7 @@ def _export_nccl_settings(args) -> int:
     topology = load_schedule(selection.schedule_path(selection.ranges[0])).topology
     label = args.calibration or "default"
     # every collective NCCL tunes, the selection's among them: a call no line takes gets 1 channel
-    tuned = tune(topology, list(TUNED), [None], load_calibration(label))
+    tuned = tune(topology, list(TUNED), [None], load_calibration(label), label)
     text = config_text(topology, tuned, label) if args.format == "nccl-tuner" else env_text(tuned)
     write_text_atomic(args.output, text)
     for table in tuned:

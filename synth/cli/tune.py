@@ -44,8 +44,8 @@ def cmd_tune(args) -> int:
     communicators = parse_communicators(args.nodes_ranks)
     calibration = load_calibration(args.calibration)
     topology = topology_of(args.topology)
-    tuned = tune(topology, collectives, communicators, calibration)
-    label = "default" if args.calibration == "default" else args.calibration
+    label = args.calibration
+    tuned = tune(topology, collectives, communicators, calibration, label)
     text = config_text(topology, tuned, label) if args.format == "nccl-tuner" else env_text(tuned)
     for table in tuned:
         progress(table.summary())

@@ -214,7 +214,7 @@ class _Writer:
         if self.ll:
             if out and incoming:
                 out.append({"name": "nop"})
-            out += [self._unpack(t) for t in incoming]
+            out += [self._land(t) for t in incoming]
             return out + ([{"name": "nop"}] if incoming else [])
         if not out and not incoming and not peers:
             return []
@@ -224,32 +224,25 @@ class _Writer:
 
     # ---------------------------------------------------------------- ops
     def _send(self, t: Transfer) -> dict:
+        """The sender's op: packets into the receiver's slot (LL), or a put to the chunk's place
+        there, or to a landing slot (Simple)."""
         kind, index = self.channel_index[t.dst]
-        if self.ll:
-            target = ("s", self.landing[t])
-            op = {"name": "ppkt", "channel_type": kind,
-                  "src_buff": [self._local(t.send, t.count)], "dst_buff": [self._remote(t.dst, target, t.count, kind)]}
-        else:
-            target = ("s", self.landing[t]) if t in self.landing else t.target
-            op = {"name": "put", "channel_type": kind,
-                  "src_buff": [self._local(t.send, t.count)], "dst_buff": [self._remote(t.dst, target, t.count, kind)]}
+        target = ("s", self.landing[t]) if t in self.landing else t.target
+        op = {"name": "ppkt" if self.ll else "put", "channel_type": kind,
+              "src_buff": [self._local(t.send, t.count)], "dst_buff": [self._remote(t.dst, target, t.count, kind)]}
         if kind == "port":
             op["channel_ids"] = [index]
         return op
 
     def _land(self, t: Transfer) -> dict:
+        """The receiver's op for what landed in its slot: a copy to the chunk's place, or a sum with
+        its operand (LL: from packets, ``upkt`` / ``repkt``; Simple: ``copy`` / ``re``)."""
         landed = self._local(("s", self.landing[t]), t.count)
+        target = [self._local(t.target, t.count)]
         if t.kind == "r":
-            return {"name": "copy", "src_buff": [landed], "dst_buff": [self._local(t.target, t.count)]}
-        return {"name": "re", "src_buff": [self._local(t.operand, t.count), landed],
-                "dst_buff": [self._local(t.target, t.count)], "reduce_op": "sum"}
-
-    def _unpack(self, t: Transfer) -> dict:
-        packets = self._local(("s", self.landing[t]), t.count)
-        if t.kind == "r":
-            return {"name": "upkt", "src_buff": [packets], "dst_buff": [self._local(t.target, t.count)]}
-        return {"name": "repkt", "src_buff": [self._local(t.operand, t.count), packets],
-                "dst_buff": [self._local(t.target, t.count)], "reduce_op": "sum"}
+            return {"name": "upkt" if self.ll else "copy", "src_buff": [landed], "dst_buff": target}
+        return {"name": "repkt" if self.ll else "re", "src_buff": [self._local(t.operand, t.count), landed],
+                "dst_buff": target, "reduce_op": "sum"}
 
     def _copy(self, src, dst, count: int) -> dict:
         return {"name": "copy", "src_buff": [self._local(src, count)], "dst_buff": [self._local(dst, count)]}

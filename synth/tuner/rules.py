@@ -153,7 +153,7 @@ def _coverage(lines: list[TunerLine], comm: tuple[int, int], collective: str) ->
     matching = [line for line in lines if line.collective == collective and line.pipe_ops == -1
                 and line.reg_buff == -1 and line.nodes in (-1, nodes) and line.ranks in (-1, ranks)
                 and line.min_bytes <= line.max_bytes and (line.algorithm, line.protocol) in OFFERED[collective]]
-    where = f"{plugin_name(collective)} on {_comm_text(comm)}"
+    where = f"{plugin_name(collective)} on {communicator_text(comm)}"
     out = []
     anything = _union([(line.min_bytes, line.max_bytes) for line in matching])
     for low, high in _gaps(anything):
@@ -169,7 +169,7 @@ def _coverage(lines: list[TunerLine], comm: tuple[int, int], collective: str) ->
     return out
 
 
-def _comm_text(comm: tuple[int, int]) -> str:
+def communicator_text(comm: tuple[int, int]) -> str:
     nodes, ranks = comm
     if comm == (-1, -1):
         return "any communicator"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from synth.core.errors import InputError
 from synth.core.topology import Topology
-from synth.tuner.choice import GRID, NcclOptions, Pick
+from synth.tuner.choice import CHECKED_COLLECTIVES, GRID, NcclOptions, Pick
 from synth.tuner.config import MAX_BYTES, TUNED, TunerLine, render
 from synth.tuner.table import Range, ranges, table_lines
 
@@ -46,6 +46,7 @@ class Tuned:
     lines: tuple[TunerLine, ...]
     gain: Gain | None
     options: NcclOptions = field(compare=False, repr=False)
+    calibration_label: str = "default"
 
     @property
     def communicator(self) -> str:
@@ -69,13 +70,16 @@ class Tuned:
             parts.append(f"{run[0].pick.algorithm}/{run[0].pick.protocol} x{channels} channels{end}")
         text = f"{self.collective} on {self.communicator}: {len(self.lines)} lines ({', '.join(parts)})"
         if self.gain is not None:
-            text += (f"; NCCL's own pick is up to {self.gain.most:.2f}x slower (at {_size(self.gain.at)}), "
-                     f"{self.gain.mean:.2f}x on average over 1K..4G")
+            text += (f"; NCCL's own pick (its tuning formula) is up to {self.gain.most:.2f}x slower (at "
+                     f"{_size(self.gain.at)}), {self.gain.mean:.2f}x on average over 1K..4G, both costed in synth's "
+                     f"model ({self.calibration_label} calibration)")
+            if self.collective not in CHECKED_COLLECTIVES:
+                text += "; no measured nccl-tests run checks the model for this collective"
         return text
 
 
 def tune(topology: Topology, collectives: list[str], communicators: list[tuple[int, int] | None],
-         calibration) -> list[Tuned]:
+         calibration, calibration_label: str = "default") -> list[Tuned]:
     """The table of every collective on every communicator (None: the whole topology)."""
     out = []
     for shape in communicators:
@@ -84,7 +88,7 @@ def tune(topology: Topology, collectives: list[str], communicators: list[tuple[i
             options = NcclOptions(part, collective, calibration)
             found = ranges(options)
             out.append(Tuned(part, collective, tuple(found), tuple(table_lines(options, found)), gain(options),
-                             options))
+                             options, calibration_label))
     return out
 
 
