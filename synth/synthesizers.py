@@ -47,7 +47,9 @@ class Problem:
     """What to synthesize: a collective (a name, ``alltoallv:FILE`` or ``custom:FILE``) on a
     topology. ``chunks``: chunks per rank (None: the backend's default). ``steps`` / ``rounds``:
     a k-synchronous instance (smt; rounds default to steps). ``size``: the bytes to optimise for
-    (milp, greedy; None: 1 GiB)."""
+    (milp, greedy; None: 1 GiB). ``max_peers``: at most that many send and receive peers per
+    rank, so the schedule lowers within that many thread blocks per rank (``within_peers``;
+    None: no budget)."""
 
     topology: Topology
     collective: str
@@ -56,6 +58,7 @@ class Problem:
     steps: int | None = None
     rounds: int | None = None
     size: int | None = None
+    max_peers: int | None = None
 
     @property
     def at_size(self) -> int:
@@ -243,11 +246,68 @@ def choose(problem: Problem, name: str = AUTO) -> Synthesizer:
 
 
 def synthesize(problem: Problem, options: Options | None = None, backend: str = AUTO) -> SolveResult:
-    """``problem`` solved by ``backend`` (see ``choose``), every schedule verified here."""
+    """``problem`` solved by ``backend`` (see ``choose``), every schedule verified here. With a
+    peer budget the backend solves on the kept links (``within_peers``)."""
     options = options or Options()
+    if problem.max_peers is not None:
+        return within_peers(problem, options, backend)
     chosen = choose(problem, backend)
     result = chosen.solve(problem, options)
     return replace(checked(result, chosen.name), backend=chosen.name)
+
+
+def within_peers(problem: Problem, options: Options, backend: str = AUTO) -> SolveResult:
+    """``problem`` under its peer budget N: the backend solves on the links ``choose_peers``
+    keeps (invariant under the sketch's symmetry), and the schedule, the same sends, runs on the
+    machine itself, verified there; SynthesisBug when a rank would talk to more than N peers.
+    A machine whose ranks have at most N peers each way is solved as it is."""
+    from synth.bounds.solver import MilpOptions
+    from synth.core.schedule import Schedule
+    from synth.milp.peers import PEER_GAP, choose_peers, peer_degree, peer_view, schedule_degree
+
+    limit, topology = problem.max_peers, problem.topology
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InputError(f"a peer budget must be an integer >= 1, got {limit!r}")
+    bare = replace(problem, max_peers=None)
+    if peer_degree(topology) <= limit:
+        return synthesize(bare, options, backend)
+    chosen = choose(bare, backend).name  # a problem the backend refuses is one line before the peer MILP
+    sketch = options.sketch if options.sketch is not None else _derived_sketch(problem)
+    generators = [] if sketch is None else sketch.symmetry_generators(topology)
+    seconds = min(options.time_limit or 30.0, 30.0)
+    choice = choose_peers(topology, problem.collective, limit, problem.at_size, generators,
+                          MilpOptions(time_limit=seconds, gap=PEER_GAP), keep_symmetry=options.sketch is not None,
+                          machines_connected=chosen == "milp")
+    options.say(choice.message)
+    view = peer_view(topology, choice)
+    result = synthesize(replace(bare, topology=view), options, chosen)
+    if result.schedule is None:
+        return result
+    schedule = result.schedule
+    steps = schedule.steps if topology.rounds_apply else tuple(replace(s, rounds=None) for s in schedule.steps)
+    placed = Schedule(topology, schedule.collective, steps, {**schedule.meta, "max_peers": limit})
+    if schedule_degree(placed) > limit:
+        raise SynthesisBug(f"the {result.backend} backend: a schedule planned within {limit} peers per rank "
+                           f"talks to {schedule_degree(placed)}")
+    details = {**result.details, "peer_links": len(choice.links), "peer_seconds": round(choice.seconds, 3)}
+    if {"bound_us", "size", "time_us"} <= set(details):  # the machine's bound, not the kept links'
+        from synth.bounds.lower_bounds import lower_bounds
+
+        details["bound_us"] = lower_bounds(topology, placed.collective).time_us(details["size"])
+        details["percent_of_bound"] = 100.0 * details["bound_us"] / details["time_us"]
+    return replace(checked(replace(result, schedule=placed), result.backend), details=details,
+                   seconds=result.seconds + choice.seconds)
+
+
+def _derived_sketch(problem: Problem):
+    """The router's derived sketch (its symmetry is the one a peer choice keeps); None where
+    none derives."""
+    from synth.milp.sketch import default_sketch
+
+    try:
+        return default_sketch(problem.topology, problem.collective, problem.size)[0]
+    except InputError:
+        return None
 
 
 def checked(result: SolveResult, backend: str) -> SolveResult:

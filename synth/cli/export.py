@@ -209,7 +209,6 @@ def _refuse_msccl_options(args) -> None:
     """The options that shape an MSCCL program do not apply to an MSCCL++ plan: one line."""
     given = [flag for flag, value in (("--runtime", args.runtime), ("--channels", args.channels),
                                       ("--channel-policy", args.channel_policy), ("--instances", args.instances),
-                                      ("--max-threadblocks", args.max_threadblocks),
                                       ("--calibration", args.calibration)) if value is not None]
     if given:
         raise InputError(f"{given[0]} does not apply to --format {args.format} (it shapes MSCCL programs)")

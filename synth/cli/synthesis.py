@@ -28,6 +28,9 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--direct", action="store_true",
                    help="smt, allreduce: the direct encoding (reduction in flight) instead of reduce_scatter + "
                         "allgather")
+    p.add_argument("--max-threadblocks", type=int, metavar="N",
+                   help="plan within N thread blocks per rank: every rank sends to at most N peers and receives "
+                        "from at most N, over links a peer MILP keeps (docs/reports.md)")
     add_calibration_option(p, "also report the schedule's time under a runtime's terms at --size (a "
                               "synth.calibration file, or 'default'); the search itself uses the contract model")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
@@ -63,14 +66,14 @@ def cmd_solve(args) -> int:
     topo = topology_of(args.topology)
     sketch = _sketch_file(args, topo)
     problem = synthesizers.Problem(topo, args.collective, args.root, args.chunks, args.steps, args.rounds,
-                                   sketch.size if sketch is not None else _size(args))
+                                   sketch.size if sketch is not None else _size(args), args.max_threadblocks)
     backend = synthesizers.choose(problem, args.backend)
     _reject_foreign_options(args, backend.name)
     options = synthesizers.Options(time_limit=args.time_limit, solver=args.solver, gap=args.gap,
                                    threads=args.threads, sketch=sketch, progress=progress, direct=args.direct)
     result = synthesizers.synthesize(problem, options, backend.name)
     result.schedule_or_raise(_what(problem))  # infeasible (3), unknown (5) or a solver failure (1)
-    if result.details:
+    if "size" in result.details:
         progress(_summary_line(problem, result))
     _runtime_line(args, result.schedule, result.details.get("size"))
     write_or_print(result.schedule.with_meta(solve_seconds=round(result.seconds, 4)).to_dict(), args.output)
@@ -132,6 +135,8 @@ def _summary_line(problem, result) -> str:
             f"{d['percent_of_bound']:.1f}% of the bound {d['bound_us']:.1f} us")
     if "simulated_us" in d:
         line += f" (event simulation {d['simulated_us']:.1f} us)"
+    if problem.max_peers is not None:
+        line += f"; within {problem.max_peers} send and receive peers per rank"
     if result.status is Status.TIMEOUT:
         line += " [TIMEOUT: routing plan not proven optimal]"
     return line

@@ -310,3 +310,24 @@ def _link_orbits(topology: Topology, ranks: np.ndarray) -> tuple[np.ndarray, np.
     link_id = np.full(n * n, -1, dtype=np.int64)
     link_id[src * n + dst] = np.arange(len(src))
     return number[inverse.ravel()], first[order].astype(np.int64), link_id
+
+
+def orbit_classes(keys: list, maps: list) -> dict:
+    """Every key's class representative (its smallest member) when each key is joined with its
+    image under every map (images outside ``keys`` ignored): union-find."""
+    parent = {k: k for k in keys}
+
+    def find(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for image_of in maps:
+        for k in keys:
+            image = image_of(k)
+            if image in parent:
+                a, b = find(k), find(image)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    return {k: find(k) for k in keys}

@@ -73,7 +73,7 @@ def _mscclpp_plan(schedule, options) -> str:
         raise InputError(f"MSCCL++ plans run Simple or LL, not {options.protocol}")
     plan = PlanOptions(protocol=options.protocol, version=options.mscclpp_version or "0.10",
                        inplace=options.inplace, min_bytes=options.min_bytes, max_bytes=options.max_bytes,
-                       name=options.name)
+                       name=options.name, max_threadblocks=options.max_threadblocks)
     return json.dumps(lower_plan(schedule, plan), indent=1) + "\n"
 
 

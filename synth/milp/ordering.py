@@ -114,9 +114,10 @@ def order_sends(
             raise RuntimeError(f"ordering did not finish in {limit} steps (a bug)")
         if len(steps) % block == 0:
             state.sendable = state.holds.copy()
-        sends = state.finishing_sends(solver)
-        if sends is None:
-            sends = state.step_sends(len(steps), solver)
+        sends = _next_sends(state, len(steps), solver)
+        if not sends and len(steps) % block:  # what the block could send is spent: a new block starts
+            state.sendable = state.holds.copy()
+            sends = _next_sends(state, len(steps), solver)
         if not sends:
             raise RuntimeError("ordering is stuck: no useful send is possible (a bug)")
         state.apply(sends)
@@ -132,6 +133,12 @@ def order_sends(
         if over is not None:
             raise RuntimeError(f"ordering: step {over}'s images overload a link or group (a bug)")
     return schedule
+
+
+def _next_sends(state, index: int, solver: str) -> list[Send]:
+    """The step's sends: the finishing ones when they end the collective, else the step LP's."""
+    sends = state.finishing_sends(solver)
+    return state.step_sends(index, solver) if sends is None else sends
 
 
 @dataclass(eq=False)

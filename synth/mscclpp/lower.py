@@ -51,7 +51,9 @@ MAX_CHANNELS = 16  # channels of a type, and remote buffers of an access type, p
 @dataclass(frozen=True)
 class PlanOptions:
     """``protocol``: Simple or LL; ``version``: the mscclpp release the plan is for (every op this
-    writes exists from 0.8); ``inplace``; the byte range it is selected for; ``name``."""
+    writes exists from 0.8); ``inplace``; the byte range it is selected for; ``name``;
+    ``max_threadblocks``: the most thread blocks a rank may run (the plan already chains the
+    fewest its ops allow; more is refused in one line)."""
 
     protocol: str = "Simple"
     version: str = "0.10"
@@ -60,6 +62,7 @@ class PlanOptions:
     max_bytes: int | None = None
     name: str | None = None
     alignment: int = 16
+    max_threadblocks: int | None = None
 
 
 def lower_plan(schedule: Schedule, options: PlanOptions = PlanOptions()) -> dict:
@@ -107,6 +110,9 @@ def _check(schedule: Schedule, options: PlanOptions) -> None:
         raise InputError(f"MSCCL++ plans are written for {', '.join(COLLECTIVES)}, not {schedule.collective.name}")
     if not 0 <= options.min_bytes < 2**31:
         raise InputError(f"min bytes {options.min_bytes}: MSCCL++ reads it as an int (below 2^31)")
+    budget = options.max_threadblocks
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+        raise InputError(f"--max-threadblocks must be a positive integer, got {budget!r}")
 
 
 class _Writer:
@@ -283,6 +289,11 @@ class _Writer:
             groups[-1].extend(piece)
         if len(groups) > MAX_BLOCKS:
             raise InputError(f"rank {rank}: {len(groups)} thread blocks needed, more than {MAX_BLOCKS}")
+        budget = self.options.max_threadblocks
+        if budget is not None and len(groups) > budget:
+            raise InputError(f"rank {rank}: its program takes {len(groups)} thread blocks (steps in blocks of at most "
+                             f"{MAX_OPS} ops, chained), more than --max-threadblocks {budget}; a schedule with fewer "
+                             "steps or peers fits (synth solve --max-threadblocks)")
         blocks = []
         for k, ops in enumerate(groups):
             if k:

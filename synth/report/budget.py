@@ -5,9 +5,9 @@ per instance, and under the runtime terms it runs C instances at a size (C = the
 ``RuntimeTerms.channels`` gives its protocol there): ``blocks x C`` thread blocks per rank. What
 NCCL runs takes one thread block per channel. Under a budget of N thread blocks per rank:
 
-- a schedule takes the fewer blocks of its default lowering and its one-channel lowering; one
-  that needs more than N either way is left out (``synth export --max-threadblocks N`` lowers a
-  schedule within N, pairing connections too);
+- a schedule takes the fewer blocks of its default lowering and its one-channel lowering; when
+  both need more than N, its lowering within N (``synth export --max-threadblocks N``: every
+  connection paired, then fewer channels); one that fits in none is left out;
 - it runs at most ``N // blocks`` instances, so its links move at most that many channels' worth
   (``capped``); NCCL and its runtime model run at most N channels (``capped_calibration``).
 
@@ -20,7 +20,6 @@ NCCL runs takes one thread block per channel. Under a budget of N thread blocks 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import replace
 
 from synth.core.errors import InputError
@@ -32,13 +31,9 @@ BUDGETS = (1, 2, 4, 8, 16, 32)  # the budgets the report's threadblocks.png show
 def fewest_blocks(schedule: Schedule) -> int:
     """A lower bound on an MSCCL lowering's thread blocks per rank: a block sends to one peer and
     receives from one, so a rank needs as many as it has peers in either direction."""
-    sends, receives = defaultdict(set), defaultdict(set)
-    for step in schedule.steps:
-        for send in step.sends:
-            sends[send.src].add(send.dst)
-            receives[send.dst].add(send.src)
-    ranks = set(sends) | set(receives)
-    return max((max(len(sends[r]), len(receives[r])) for r in ranks), default=1) or 1
+    from synth.milp.peers import schedule_degree
+
+    return schedule_degree(schedule)
 
 
 def footprint(schedule: Schedule, kind: str, budget: int | None = None) -> int | None:
@@ -57,9 +52,10 @@ def footprint(schedule: Schedule, kind: str, budget: int | None = None) -> int |
 
 
 class Footprints:
-    """``footprint`` remembered per schedule: two lowerings at most (the default one, and one
-    channel per pair, the fewest blocks). Under a budget a schedule takes the fewer of the two
-    (more instances fit); when both are too many it is left out."""
+    """``footprint`` remembered per schedule: the default lowering and one channel per pair (the
+    fewest blocks) first. Under a budget a schedule takes the fewer of the two (more instances
+    fit); when both are too many, the lowering within the budget (every connection paired, then
+    fewer channels); when that fails too it is left out."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[int, object], int | None] = {}
@@ -75,7 +71,11 @@ class Footprints:
             return free
         fewest = self._once(schedule, "one", lambda: _one_channel(schedule, kind))
         best = min((b for b in (free, fewest) if b is not None), default=None)
-        return best if best is not None and best <= budget else None
+        if best is not None and best <= budget:
+            return best
+        if fewest_blocks(schedule) > budget:
+            return None
+        return self._once(schedule, budget, lambda: footprint(schedule, kind, budget))
 
 
 def _one_channel(schedule: Schedule, kind: str) -> int | None:

@@ -148,9 +148,10 @@ def _milp(topology: Topology, collective: str, time_limit: float, say: Say, jobs
 
 
 def router_schedule(topology: Topology, collective: str, size: int, time_limit: float,
-                    say: Say | None = None) -> tuple[Schedule, list[str]]:
-    """The MILP router's schedule for ``size`` (the derived sketch) and its progress lines (a
-    job of a parallel report: the lines come back with the result)."""
+                    say: Say | None = None, max_peers: int | None = None) -> tuple[Schedule, list[str]]:
+    """The MILP router's schedule for ``size`` (the derived sketch; with ``max_peers``, derived on
+    the links kept for that budget) and its progress lines (a job of a parallel report: the lines
+    come back with the result)."""
     from synth import synthesizers
     from synth.milp.sketch import default_sketch
 
@@ -161,10 +162,72 @@ def router_schedule(topology: Topology, collective: str, size: int, time_limit: 
         if say is not None:
             say(line)
 
-    sketch, _ = default_sketch(topology, collective, size)
+    sketch = None if max_peers is not None else default_sketch(topology, collective, size)[0]
     options = synthesizers.Options(time_limit=time_limit, sketch=sketch, progress=keep)
-    result = synthesizers.synthesize(synthesizers.Problem(topology, collective, size=size), options, "milp")
+    problem = synthesizers.Problem(topology, collective, size=size, max_peers=max_peers)
+    result = synthesizers.synthesize(problem, options, "milp")
     return result.schedule, ([] if say is not None else lines)
+
+
+def within_budget(topology: Topology, collective: str, budget: int, time_limit: float, say: Say) -> list[Candidate]:
+    """Schedules planned for ``budget`` thread blocks per rank. A schedule of p peers each way
+    runs ``budget // p`` instances, so every peer count p in ``peer_counts(budget)`` below the
+    machine's own is planned: the MILP router at ROUTER_SIZES on the links ``synth.milp.peers``
+    keeps, and where it plans none (a budget too small to keep every machine connected inside)
+    the greedy scheduler on them."""
+    from synth.milp.peers import peer_degree
+
+    out: list[Candidate] = []
+    for peers in peer_counts(budget):
+        if peers >= peer_degree(topology):
+            continue
+        found = _router_within(topology, collective, peers, time_limit, say) or \
+            [_greedy_within(topology, collective, peers, time_limit, say)]
+        out += [c for c in found if not any(c.schedule.steps == o.schedule.steps for o in out)]
+    return out
+
+
+def peer_counts(budget: int) -> list[int]:
+    """The peer counts a budget of thread blocks plans for: the powers of two below it, and it.
+
+    >>> peer_counts(6)
+    [1, 2, 4, 6]
+    """
+    return sorted({budget, *(1 << k for k in range(budget.bit_length()) if 1 << k < budget)})
+
+
+def _router_within(topology: Topology, collective: str, peers: int, time_limit: float, say: Say) -> list[Candidate]:
+    from synth.core.errors import InfeasibleError, UnknownResultError
+
+    out: list[Candidate] = []
+    for size in ROUTER_SIZES:
+        try:
+            schedule = router_schedule(topology, collective, size, time_limit, say, max_peers=peers)[0]
+        except (InfeasibleError, UnknownResultError) as exc:
+            say(f"{topology.name} {collective} milp within {peers} peers at {format_size(size)}: {exc}")
+            continue
+        if any(c.schedule.steps == schedule.steps for c in out):
+            continue
+        chunks = schedule.collective.chunks_per_rank
+        out.append(Candidate(f"milp <={peers} peers @{format_size(size)} C={chunks}", "milp", schedule,
+                             _file(collective, topology, f"milp-{format_size(size)}-{peers}peers"),
+                             sum(schedule.meta.get("stage_seconds", {}).values()), len(schedule.steps),
+                             schedule.total_rounds, chunks))
+    return out
+
+
+def _greedy_within(topology: Topology, collective: str, peers: int, time_limit: float, say: Say) -> Candidate:
+    from synth import synthesizers
+
+    chunks = PIPELINED_CHUNKS[0]
+    problem = synthesizers.Problem(topology, collective, chunks=chunks, max_peers=peers)
+    result = synthesizers.synthesize(problem, synthesizers.Options(time_limit=time_limit, progress=say), "greedy")
+    schedule = result.schedule
+    say(f"{topology.name} {collective} greedy within {peers} peers (C={chunks}): {len(schedule.steps)} steps, "
+        f"{result.seconds:.2f} s")
+    return Candidate(f"greedy <={peers} peers C={chunks}", "greedy", schedule,
+                     _file(collective, topology, f"greedy-c{chunks}-{peers}peers"), result.seconds,
+                     len(schedule.steps), schedule.total_rounds, chunks)
 
 
 def baselines(topology: Topology, collective: str) -> list[Candidate]:

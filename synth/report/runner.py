@@ -60,6 +60,8 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     except OSError as exc:
         raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
     found += cand.pipelined_extras(topo, collective, say)
+    if max_threadblocks is not None:
+        found += cand.within_budget(topo, collective, max_threadblocks, time_limit, say)
     nccl = cand.nccl_candidates(topo, collective, grid)
     candidates = found + nccl + cand.baselines(topo, collective)
     say(f"{topo.name} {collective}: {len(found)} synthesized, {len(nccl)} NCCL, "

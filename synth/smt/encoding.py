@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import z3
 
 from synth.core.collective import Collective
+from synth.core.orbits import orbit_classes
 from synth.core.schedule import Schedule, Send, SolveResult, Status, Step
 from synth.core.symmetry import Symmetry, interchangeable_chunks
 from synth.core.topology import Topology
@@ -128,8 +129,9 @@ class SmtInstance(CnfBuilder):
                         continue
                     send_keys.append((c, a, b, s))
         # one variable per orbit under the symmetries; constraints only for orbit representatives
-        has_rep = _orbits(has_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], k[2]) for g in self.symmetries])
-        send_rep = _orbits(send_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], g.ranks[k[2]], k[3])
+        has_rep = orbit_classes(has_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], k[2])
+                                           for g in self.symmetries])
+        send_rep = orbit_classes(send_keys, [lambda k, g=g: (g.chunks[k[0]], g.ranks[k[1]], g.ranks[k[2]], k[3])
                                        for g in self.symmetries])
         has_var = {k: self._var("h_%d_%d_%d" % k) for k in has_keys if has_rep[k] == k}
         send_var = {k: self._var("x_%d_%d_%d_%d" % k) for k in send_keys if send_rep[k] == k}
@@ -184,7 +186,7 @@ class SmtInstance(CnfBuilder):
         for row in self.extra:
             for k in range(1, len(row)):
                 self._clause(-row[k], row[k - 1])
-        link_rep = _orbits([l.key for l in topo.links], [lambda k, g=g: (g.ranks[k[0]], g.ranks[k[1]])
+        link_rep = orbit_classes([l.key for l in topo.links], [lambda k, g=g: (g.ranks[k[0]], g.ranks[k[1]])
                                                           for g in self.symmetries])
         # a link in a group no wider than itself is already bounded by the group's row
         covered = {key for g in topo.groups for key in g.links
@@ -194,7 +196,7 @@ class SmtInstance(CnfBuilder):
                 self._capacity(vars_, topo.link_capacity(topo.link(a, b)), s)
         group_names = {frozenset(g.links): g.name for g in topo.groups}
         by_name = {g.name: g for g in topo.groups}
-        group_rep = _orbits([g.name for g in topo.groups], [
+        group_rep = orbit_classes([g.name for g in topo.groups], [
             lambda name, g=g: group_names.get(frozenset((g.ranks[a], g.ranks[b]) for a, b in by_name[name].links), name)
             for g in self.symmetries
         ]) if topo.groups else {}
@@ -418,23 +420,3 @@ def _rlimit_count(solver: z3.Solver) -> int:
         if key == "rlimit count":
             return int(stats.get_key_value(key))
     return 0
-
-
-def _orbits(keys: list, maps: list) -> dict:
-    """Representative (smallest member) of every key's orbit under the maps (union-find)."""
-    parent = {k: k for k in keys}
-
-    def find(k):
-        while parent[k] != k:
-            parent[k] = parent[parent[k]]
-            k = parent[k]
-        return k
-
-    for image_of in maps:
-        for k in keys:
-            image = image_of(k)
-            if image in parent:
-                a, b = find(k), find(image)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-    return {k: find(k) for k in keys}
