@@ -262,8 +262,8 @@ def within_peers(problem: Problem, options: Options, backend: str = AUTO) -> Sol
     machine itself, verified there; SynthesisBug when a rank would talk to more than N peers.
     A machine whose ranks have at most N peers each way is solved as it is."""
     from synth.bounds.solver import MilpOptions
-    from synth.core.schedule import Schedule
-    from synth.milp.peers import PEER_GAP, choose_peers, peer_degree, peer_view, schedule_degree
+    from synth.core.planning import on_machine
+    from synth.milp.peers import PEER_GAP, PEER_SECONDS, choose_peers, peer_degree, peer_view, schedule_degree
 
     limit, topology = problem.max_peers, problem.topology
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -274,7 +274,7 @@ def within_peers(problem: Problem, options: Options, backend: str = AUTO) -> Sol
     chosen = choose(bare, backend).name  # a problem the backend refuses is one line before the peer MILP
     sketch = options.sketch if options.sketch is not None else _derived_sketch(problem)
     generators = [] if sketch is None else sketch.symmetry_generators(topology)
-    seconds = min(options.time_limit or 30.0, 30.0)
+    seconds = min(options.time_limit or PEER_SECONDS, PEER_SECONDS)
     choice = choose_peers(topology, problem.collective, limit, problem.at_size, generators,
                           MilpOptions(time_limit=seconds, gap=PEER_GAP), keep_symmetry=options.sketch is not None,
                           machines_connected=chosen == "milp")
@@ -283,9 +283,8 @@ def within_peers(problem: Problem, options: Options, backend: str = AUTO) -> Sol
     result = synthesize(replace(bare, topology=view), options, chosen)
     if result.schedule is None:
         return result
-    schedule = result.schedule
-    steps = schedule.steps if topology.rounds_apply else tuple(replace(s, rounds=None) for s in schedule.steps)
-    placed = Schedule(topology, schedule.collective, steps, {**schedule.meta, "max_peers": limit})
+    schedule = result.schedule.with_meta(max_peers=limit)
+    placed = replace(schedule, topology=topology) if topology.rounds_apply else on_machine(schedule, topology)
     if schedule_degree(placed) > limit:
         raise SynthesisBug(f"the {result.backend} backend: a schedule planned within {limit} peers per rank "
                            f"talks to {schedule_degree(placed)}")

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulp
 
@@ -46,7 +46,7 @@ from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InfeasibleError, InputError, SolverError, UnknownResultError
 from synth.core.orbits import orbit_classes
-from synth.core.topology import Group, Nic, Topology
+from synth.core.topology import Topology
 
 BANDWIDTH_FIRST = 1 << 20  # bytes: from this size on the kept links maximise bandwidth first
 PEER_SECONDS = 30.0  # the peer MILP's default time limit
@@ -60,8 +60,8 @@ Key = tuple[int, int]
 @dataclass(frozen=True)
 class PeerChoice:
     """The links kept under a budget of ``limit`` peers each way, the rate ``theta`` they give
-    (chunks a rank moves per unit time, relative), their summed root distances, and how long the
-    MILP took."""
+    (GB/s per chunk of a rank's load), the mean hops between the ranks that exchange data, and
+    how long choosing and measuring took (``_measured``)."""
 
     limit: int
     links: frozenset[Key]
@@ -71,34 +71,30 @@ class PeerChoice:
     message: str
 
     def degrees(self) -> list[int]:
-        """Per rank, the larger of its send and receive peer counts."""
-        out: dict[int, int] = defaultdict(int)
-        into: dict[int, int] = defaultdict(int)
-        for a, b in self.links:
-            out[a] += 1
-            into[b] += 1
-        return [max(out[r], into[r]) for r in sorted(set(out) | set(into))]
+        """Per rank that keeps a link, the larger of its send and receive peer counts."""
+        counts = _peer_counts(self.links)
+        return [counts[r] for r in sorted(counts)]
+
+
+def _peer_counts(pairs) -> dict[int, int]:
+    """rank -> the larger of its distinct send and receive peers among (src, dst) ``pairs``."""
+    out: dict[int, set] = defaultdict(set)
+    into: dict[int, set] = defaultdict(set)
+    for a, b in pairs:
+        out[a].add(b)
+        into[b].add(a)
+    return {r: max(len(out[r]), len(into[r])) for r in set(out) | set(into)}
 
 
 def peer_degree(topology: Topology) -> int:
     """The most send or receive peers a rank of ``topology`` has."""
-    out: dict[int, int] = defaultdict(int)
-    into: dict[int, int] = defaultdict(int)
-    for link in topology.links:
-        out[link.src] += 1
-        into[link.dst] += 1
-    return max([*out.values(), *into.values(), 0])
+    return max(_peer_counts(link.key for link in topology.links).values(), default=0)
 
 
 def schedule_degree(schedule) -> int:
     """The most send or receive peers a rank of ``schedule`` talks to (at least 1)."""
-    out: dict[int, set] = defaultdict(set)
-    into: dict[int, set] = defaultdict(set)
-    for step in schedule.steps:
-        for send in step.sends:
-            out[send.src].add(send.dst)
-            into[send.dst].add(send.src)
-    return max([len(p) for p in (*out.values(), *into.values())] + [1])
+    pairs = ((send.src, send.dst) for step in schedule.steps for send in step.sends)
+    return max(_peer_counts(pairs).values(), default=1)
 
 
 def choose_peers(topology: Topology, collective: str | Collective, limit: int, size: int = 1 << 30,
@@ -135,27 +131,36 @@ def _ring(topology: Topology, coll: Collective) -> PeerChoice | None:
     ring = find_ring(topology)
     if not ring.direct:
         return None
-    hops = list(zip(ring.order, ring.order[1:] + ring.order[:1]))
-    bandwidth = {link.key: link.bandwidth for link in topology.links}
-    recv, send = rank_loads(coll)
-    theta = min(bandwidth[h] for h in hops) / max([*recv, *send, 1.0])
-    n = topology.ranks
+    hops = frozenset(zip(ring.order, ring.order[1:] + ring.order[:1]))
+    return _measured(topology, coll, 1, hops, started, "peer budget 1: a ring over every rank")
+
+
+def _measured(topology: Topology, coll: Collective, limit: int, links: frozenset[Key], started: float,
+              how: str) -> PeerChoice:
+    """The choice of ``links``, measured alike however it was made: ``theta`` by the rate LP on
+    exactly those links, ``distance`` the mean hops between the pairs that exchange data."""
+    theta = _PeerModel(topology, coll, limit, []).rate_of(links)
+    dist = _restricted(topology, links, "").hop_distances
+    pairs = _needed_pairs(coll)
+    distance = sum(dist[a][b] for a, b in pairs) / max(1, len(pairs))
     seconds = time.perf_counter() - started
-    return PeerChoice(1, frozenset(hops), theta, float(n * n * (n - 1) / 2), seconds,
-                      f"peer budget 1: a ring over every rank, {seconds:.2f} s")
+    return PeerChoice(limit, links, theta, distance, seconds,
+                      f"{how}: {len(links)} of {len(topology.links)} links kept, {distance:.2f} hops a pair, "
+                      f"{seconds:.2f} s")
 
 
 def peer_view(topology: Topology, choice: PeerChoice) -> Topology:
     """``topology`` with only the chosen links (groups keep their bandwidth over the links they
     still hold; NICs and machines unchanged), its sources saying so."""
-    links = tuple(link for link in topology.links if link.key in choice.links)
-    groups = tuple(Group(g.name, kept, g.bandwidth, g.capacity) for g in topology.groups
-                   if (kept := tuple(k for k in g.links if k in choice.links)))
-    nics = tuple(Nic(n.name, n.ranks, n.bandwidth, n.alpha) for n in topology.nics)
-    note = (f"peer budget: at most {choice.limit} send and {choice.limit} receive peers per rank "
-            f"({len(links)} of {len(topology.links)} links kept)")
-    return Topology(topology.name, topology.ranks, links, groups, topology.machines, nics,
-                    topology.sources + (note,))
+    return _restricted(topology, choice.links,
+                       f"peer budget: at most {choice.limit} send and {choice.limit} receive peers per rank "
+                       f"({len(choice.links)} of {len(topology.links)} links kept)")
+
+
+def _restricted(topology: Topology, keep: frozenset[Key], note: str) -> Topology:
+    links = tuple(link for link in topology.links if link.key in keep)
+    groups = tuple(replace(g, links=kept) for g in topology.groups if (kept := tuple(k for k in g.links if k in keep)))
+    return replace(topology, links=links, groups=groups, sources=topology.sources + ((note,) if note else ()))
 
 
 def rank_loads(coll: Collective) -> tuple[list[float], list[float]]:
@@ -340,12 +345,20 @@ class _PeerModel:
                 raise UnknownResultError(f"peer MILP: {outcome.message}")
             raise SolverError(f"peer MILP: {outcome.message}")
         links = frozenset(k for k in self.links if value(self.use(k)) > 0.5)
-        seconds = time.perf_counter() - started
         proven = ("optimal" if outcome.proven_optimal else f"within a relative gap of {outcome.gap:g}"
                   if outcome.gap is not None else "the best found in the time limit")
-        return PeerChoice(self.limit, links, float(value(self.theta)), float(sum(value(f) for f in self.flows)),
-                          seconds, f"peer MILP: {len(links)} of {len(self.links)} links kept ({proven}), "
-                                   f"{seconds:.2f} s")
+        return _measured(self.topology, self.coll, self.limit, links, started, f"peer MILP ({proven})")
+
+    def rate_of(self, links: frozenset[Key]) -> float:
+        """``theta`` with exactly ``links`` kept: the rate rows alone, an LP."""
+        for rep, use in self.u.items():
+            use.lowBound = use.upBound = 1 if rep in links else 0
+        self._rate_rows()
+        self.prob.setObjective(self.theta)
+        outcome = solve(self.prob, MilpOptions(time_limit=PEER_SECONDS))
+        if not outcome.has_incumbent:
+            raise SolverError(f"peer rate LP: {outcome.message}")
+        return float(value(self.theta))
 
     def _theta_scale(self) -> float:
         """An upper bound on ``theta``: every rank's links all kept, at full rate."""
