@@ -30,6 +30,7 @@ FRONTIER_CALLS = 10  # a report's SMT frontier walk gets this many --time-limit'
 PIPELINED_CHUNKS = (64, 384)  # greedy pipelined extras on one machine: many pieces amortise alpha
 PIPELINED_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
 ROUTER_SIZES = (1 << 16, 1 << 20, 1 << 30)  # latency-bound (chunk_up 1), middle, bandwidth-bound
+GREEDY_WITHIN = (1, PIPELINED_CHUNKS[0])  # greedy chunks per rank where the router plans none in a budget
 BIG_FILE_RANKS = 32  # schedules of topologies this big are stored gzip-compressed
 
 Say = Callable[[str], None]
@@ -174,7 +175,8 @@ def within_budget(topology: Topology, collective: str, budget: int, time_limit: 
     runs ``budget // p`` instances, so every peer count p in ``peer_counts(budget)`` below the
     machine's own is planned: the MILP router at ROUTER_SIZES on the links ``synth.milp.peers``
     keeps, and where it plans none (a budget too small to keep every machine connected inside)
-    the greedy scheduler on them."""
+    the greedy scheduler on them at GREEDY_WITHIN chunks (one piece for small sizes, many to
+    pipeline large ones; ``runner.prune_extras`` keeps those that win somewhere)."""
     from synth.milp.peers import peer_degree
 
     out: list[Candidate] = []
@@ -182,7 +184,7 @@ def within_budget(topology: Topology, collective: str, budget: int, time_limit: 
         if peers >= peer_degree(topology):
             continue
         found = _router_within(topology, collective, peers, time_limit, say) or \
-            [_greedy_within(topology, collective, peers, time_limit, say)]
+            [_greedy_within(topology, collective, peers, chunks, time_limit, say) for chunks in GREEDY_WITHIN]
         out += [c for c in found if not any(c.schedule.steps == o.schedule.steps for o in out)]
     return out
 
@@ -216,10 +218,10 @@ def _router_within(topology: Topology, collective: str, peers: int, time_limit: 
     return out
 
 
-def _greedy_within(topology: Topology, collective: str, peers: int, time_limit: float, say: Say) -> Candidate:
+def _greedy_within(topology: Topology, collective: str, peers: int, chunks: int, time_limit: float,
+                   say: Say) -> Candidate:
     from synth import synthesizers
 
-    chunks = PIPELINED_CHUNKS[0]
     problem = synthesizers.Problem(topology, collective, chunks=chunks, max_peers=peers)
     result = synthesizers.synthesize(problem, synthesizers.Options(time_limit=time_limit, progress=say), "greedy")
     schedule = result.schedule
