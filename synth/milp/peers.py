@@ -113,7 +113,8 @@ def choose_peers(topology: Topology, collective: str | Collective, limit: int, s
     options = options or MilpOptions(time_limit=PEER_SECONDS, gap=PEER_GAP)
     connected = machines_connected and topology.machine_count > 1
     if limit == 1 and not connected and (ring := _ring(topology, coll)) is not None:
-        return ring
+        if not keep_symmetry or all({(p[a], p[b]) for a, b in ring.links} == ring.links for p in generators or []):
+            return ring
     try:
         return _PeerModel(topology, coll, limit, generators or [], connected).solve(size >= BANDWIDTH_FIRST, options)
     except InfeasibleError:
@@ -209,6 +210,7 @@ class _PeerModel:
         self.machines_connected = machines_connected
         self.links = [link.key for link in topology.links]
         self.orbit = _link_orbits(self.links, generators)
+        self.tied = any(rep != key for key, rep in self.orbit.items())
         self.rank_orbit = _rank_orbits(topology.ranks, generators)
         self.pairs = _needed_pairs(coll)
         self.prob = pulp.LpProblem("peers", pulp.LpMaximize)
@@ -338,8 +340,10 @@ class _PeerModel:
         outcome = solve(self.prob, options)
         if outcome.status is MilpStatus.INFEASIBLE:
             inside = " and keeps every machine connected inside" if self.machines_connected else ""
-            raise InfeasibleError(f"no choice of at most {self.limit} send and {self.limit} receive peers per rank "
-                                  f"on {self.topology.name} reaches every rank {self.coll.name} must reach{inside}")
+            tied = " invariant under the sketch's symmetry" if self.tied else ""
+            raise InfeasibleError(f"no choice of at most {self.limit} send and {self.limit} receive peers per rank"
+                                  f"{tied} on {self.topology.name} reaches every rank {self.coll.name} must reach"
+                                  f"{inside}")
         if not outcome.has_incumbent:
             if outcome.status is MilpStatus.TIMEOUT:
                 raise UnknownResultError(f"peer MILP: {outcome.message}")

@@ -83,6 +83,14 @@ def test_a_switch_box_keeps_more_peers_than_a_ring_when_they_shorten_paths():
     assert two.distance < ring.distance
 
 
+def test_a_kept_symmetry_is_named_when_it_leaves_no_choice():
+    topology = resolve_topology("dgx1")
+    generators = default_sketch(topology, "allgather", 1 << 30)[0].symmetry_generators(topology)
+    assert generators and choose_peers(topology, "allgather", 1, generators=generators).limit == 1
+    with pytest.raises(InfeasibleError, match="invariant under the sketch's symmetry"):
+        choose_peers(topology, "allgather", 1, generators=generators, keep_symmetry=True)
+
+
 def test_no_ring_on_a_line_or_star_is_infeasible_not_unknown():
     with pytest.raises(InfeasibleError, match="at most 1 send and 1 receive"):
         choose_peers(line(4), "allgather", 1)
