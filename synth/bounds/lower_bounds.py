@@ -28,6 +28,8 @@
   against the composition's 6). ``Bounds.proven`` then holds the proven bound: the direct
   relaxation (every contribution to every rank, one shared link use per chunk) and cuts.
   Use ``proven`` to prune searches; report the conventional figure beside nccl-tests.
+- Mixture-of-experts dispatch and combine (one chunk a token, 10^5 chunks and more): the rank
+  and machine cuts over arrays (``synth.bounds.moe_cuts``); no flow LP.
 - ``time_us(S)`` = max(steps x alpha_min + T_links(S), T_bw(S), latency floor), with T_links the bound from
   links alone: a step costs at least alpha_min plus its heaviest link, but a group term
   carries no alpha, so alpha is only added to the link-only bound.
@@ -52,6 +54,7 @@ import numpy as np
 
 from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
 from synth.bounds.flow import Demand, flow_lp, flow_variables
+from synth.bounds.moe_cuts import MOE_NAMES, moe_bounds
 from synth.bounds.steps import latency_floor, steps_bound
 from synth.core.collective import Collective
 from synth.core.reductions import DUAL, Part
@@ -131,6 +134,8 @@ def lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int 
     preserve the collective and act freely (a ``synth.core.orbits.Quotient``'s ``ranks``); cut
     candidates that are images of one another are then evaluated once. The bounds are the same.
     """
+    if collective.name in MOE_NAMES:  # one chunk a token: counted over arrays, not per chunk
+        return moe_bounds(topology, collective)
     collective.check_on(topology)
     steps = steps_bound(topology, collective)
     if not _is_allreduce(collective):

@@ -31,7 +31,7 @@ def latency_floor(topology: Topology, collective: Collective) -> float:
     >>> latency_floor(ring(4), allgather(4)) == 2 * ring(4).links[0].alpha
     True
     """
-    dist = _alpha_distances(topology)
+    dist = alpha_distances(topology)
     best = 0.0
     for pre, post in set(zip(collective.pre, collective.post)):
         holders = sorted(pre)
@@ -47,7 +47,7 @@ def latency_floor(topology: Topology, collective: Collective) -> float:
 DIJKSTRA_RANKS = 128  # above this many ranks the alpha distances come from a vectorised Floyd-Warshall
 
 
-def _alpha_distances(topology: Topology) -> np.ndarray:
+def alpha_distances(topology: Topology) -> np.ndarray:
     """[src, dst]: least sum of link alphas over paths (Dijkstra from every rank; on more than
     DIJKSTRA_RANKS ranks, Floyd-Warshall over numpy rows: n^2 work per rank instead of a heap
     walk over every link, the same distances up to the order the alphas are added in)."""

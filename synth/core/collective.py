@@ -3,6 +3,8 @@
 ``pre[c]`` are the ranks holding chunk c at the start (combining: each holds its own
 contribution); ``post[c]`` the ranks that must hold it at the end (combining: fully reduced).
 ``buffer_chunks`` is how many chunks make up the nccl-tests size S of the collective.
+``chunk_bytes`` fixes the bytes of one chunk where the collective itself says it (a mixture-of-
+experts routing: one chunk is one token); S is then ``buffer_chunks x chunk_bytes`` (``size_bytes``).
 
 >>> from synth.core.collectives import allgather
 >>> ag = allgather(4)
@@ -47,6 +49,7 @@ class Collective:
     buffer_chunks: int
     root: int | None = None
     chunks_per_rank: int = 1
+    chunk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pre", tuple(frozenset(p) for p in self.pre))
@@ -62,26 +65,35 @@ class Collective:
             )
         if not self.pre:
             raise CollectiveError(f"{where}: has no chunks")
-        for c, (pre, post) in enumerate(zip(self.pre, self.post)):
-            if not pre:
-                raise CollectiveError(f"{where}: chunk {c} is held by no rank at the start")
-            if not post:
-                raise CollectiveError(f"{where}: chunk {c} is needed by no rank at the end")
-            for rank in pre | post:
-                if not _is_int(rank) or not 0 <= rank < self.ranks:
-                    raise CollectiveError(
-                        f"{where}: chunk {c} names rank {rank!r}, out of range 0..{self.ranks - 1}"
-                    )
+        if not all(self.pre):
+            c = next(c for c, pre in enumerate(self.pre) if not pre)
+            raise CollectiveError(f"{where}: chunk {c} is held by no rank at the start")
+        if not all(self.post):
+            c = next(c for c, post in enumerate(self.post) if not post)
+            raise CollectiveError(f"{where}: chunk {c} is needed by no rank at the end")
+        named = set().union(*self.pre, *self.post)  # every rank named, checked once
+        bad = [rank for rank in named if not _is_int(rank) or not 0 <= rank < self.ranks]
+        if bad:
+            c = next(c for c, sets in enumerate(zip(self.pre, self.post)) if not sets[0].union(sets[1]).isdisjoint(bad))
+            rank = next(r for r in sorted(self.pre[c] | self.post[c], key=repr) if r in bad)
+            raise CollectiveError(f"{where}: chunk {c} names rank {rank!r}, out of range 0..{self.ranks - 1}")
         if not _is_int(self.buffer_chunks) or self.buffer_chunks < 1:
             raise CollectiveError(f"{where}: 'buffer_chunks' must be a positive integer")
         if self.root is not None and (not _is_int(self.root) or not 0 <= self.root < self.ranks):
             raise CollectiveError(f"{where}: root {self.root!r} out of range 0..{self.ranks - 1}")
         if not _is_int(self.chunks_per_rank) or self.chunks_per_rank < 1:
             raise CollectiveError(f"{where}: chunks per rank must be an integer >= 1, got {self.chunks_per_rank!r}")
+        if self.chunk_bytes is not None and (not _is_int(self.chunk_bytes) or self.chunk_bytes < 1):
+            raise CollectiveError(f"{where}: 'chunk_bytes' must be a positive integer, got {self.chunk_bytes!r}")
 
     @property
     def chunks(self) -> int:
         return len(self.pre)
+
+    @property
+    def size_bytes(self) -> int | None:
+        """The size S the collective fixes (``chunk_bytes`` given), else None: any size."""
+        return None if self.chunk_bytes is None else self.chunk_bytes * self.buffer_chunks
 
     @property
     def busbw_factor(self) -> float:
@@ -135,6 +147,8 @@ class Collective:
             doc["root"] = self.root
         if self.chunks_per_rank != 1:
             doc["chunks_per_rank"] = self.chunks_per_rank
+        if self.chunk_bytes is not None:
+            doc["chunk_bytes"] = self.chunk_bytes
         return doc
 
     @classmethod
@@ -162,6 +176,7 @@ class Collective:
                 buffer_chunks=doc.get("buffer_chunks", len(doc["pre"])),
                 root=doc.get("root"),
                 chunks_per_rank=doc.get("chunks_per_rank", 1),
+                chunk_bytes=doc.get("chunk_bytes"),
             )
         except CollectiveError as exc:  # name the file, not just the collective
             detail = str(exc).removeprefix(f"collective {name!r}: ")

@@ -3,7 +3,8 @@
 Chunk numbering (C = chunks per rank, n = ranks):
 - allgather / gather: chunk r*C+i starts on rank r;  reduce_scatter / scatter: chunk r*C+i ends on r;
 - allreduce: n*C chunks, each reduced over all ranks;  broadcast / reduce: C chunks;
-- alltoall: chunk (s*n + d)*C + i goes from s to d;   alltoallv: the matrix's chunks, row-major.
+- alltoall: chunk (s*n + d)*C + i goes from s to d;   alltoallv: the matrix's chunks, row-major;
+- moe_dispatch / moe_combine: one chunk per token of the routing file (synth.moe.routing).
 
 >>> make_collective("broadcast", 4, root=2).pre[0]
 frozenset({2})
@@ -150,6 +151,8 @@ class CollectiveKind:
 FILE_KINDS = {
     "alltoallv": "alltoallv:FILE - per-pair chunk counts from a traffic matrix (MoE dispatch)",
     "custom": "custom:FILE - explicit pre/post from a synth.collective JSON file",
+    "moe_dispatch": "moe_dispatch:FILE - every token to the ranks of its experts (a synth.routing JSON file)",
+    "moe_combine": "moe_combine:FILE - the experts' outputs of every token, summed, back to its rank (synth.routing)",
 }
 _REDUCESCATTER = MappingProxyType({"executor": "reducescatter", "rccl": "reducescatter",  # MSCCL's runtimes
                                    "nccl-tuner": "reducescatter", "nccl-env": "reducescatter"})  # NCCL's tuning
@@ -173,6 +176,8 @@ REGISTRY: dict[str, CollectiveKind] = {  # the kinds built from a name
 KINDS: dict[str, CollectiveKind] = {  # every kind with facts: the named ones and alltoallv from a file
     **REGISTRY,
     "alltoallv": CollectiveKind("alltoallv", None, False, FILE_KINDS["alltoallv"], False, _all_but_one),
+    "moe_dispatch": CollectiveKind("moe_dispatch", None, False, FILE_KINDS["moe_dispatch"], False, _one),
+    "moe_combine": CollectiveKind("moe_combine", None, False, FILE_KINDS["moe_combine"], True, _one),
 }
 
 
@@ -208,7 +213,12 @@ def make_collective(spec: str, ranks: int, root: int | None = None, chunks: int 
 
 
 def _from_file(kind: str, path: Path, ranks: int) -> Collective:
-    """The collective of an alltoallv traffic file or a custom collective file, for ``ranks`` ranks."""
+    """The collective of an alltoallv traffic file, a routing or a custom collective file, for
+    ``ranks`` ranks."""
+    if kind in ("moe_dispatch", "moe_combine"):
+        from synth.moe.routing import moe_collective
+
+        return moe_collective(kind, path, ranks)
     coll = alltoallv(_load_matrix(path), where=str(path)) if kind == "alltoallv" else load_custom(path)
     if coll.ranks != ranks:
         raise CollectiveError(f"{path}: {coll.name} is for {coll.ranks} ranks but the topology has {ranks}")

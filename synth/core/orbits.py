@@ -29,7 +29,7 @@ memory grow with the number of orbits, not with the ranks.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -108,9 +108,8 @@ class Quotient:
     def rep_collective(self) -> Collective:
         """The collective of the representative chunks, renumbered 0..R-1 in ``reps`` order."""
         coll = self.collective
-        return Collective(coll.name, coll.ranks, coll.combining,
-                          tuple(coll.pre[int(c)] for c in self.reps), tuple(coll.post[int(c)] for c in self.reps),
-                          coll.buffer_chunks, coll.root, coll.chunks_per_rank)
+        return replace(coll, pre=tuple(coll.pre[int(c)] for c in self.reps),
+                       post=tuple(coll.post[int(c)] for c in self.reps))
 
     def expand(self, rep: Schedule, collective: Collective | None = None) -> Schedule:
         """The full schedule whose representative part is ``rep`` (chunks numbered as in

@@ -44,6 +44,7 @@ def dual_collective(coll: Collective) -> Collective:
         buffer_chunks=coll.buffer_chunks,
         root=coll.root,
         chunks_per_rank=coll.chunks_per_rank,
+        chunk_bytes=coll.chunk_bytes,
     )
 
 

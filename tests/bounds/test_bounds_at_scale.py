@@ -44,9 +44,9 @@ def test_cut_rate_shortcut_equals_the_packing_lp(monkeypatch):
 
 def test_floyd_warshall_alpha_distances_equal_dijkstra(monkeypatch):
     topo = resolve_topology("h100x4")
-    dijkstra = steps._alpha_distances(topo)
+    dijkstra = steps.alpha_distances(topo)
     monkeypatch.setattr(steps, "DIJKSTRA_RANKS", 4)
-    assert np.allclose(steps._alpha_distances(topo), dijkstra, rtol=1e-12, atol=0)
+    assert np.allclose(steps.alpha_distances(topo), dijkstra, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("name", ["dgx1", "torus:4x4", "mi250", "ndv2x2", "line:5"])
