@@ -158,6 +158,8 @@ class Milp(_Planner):
         from synth.core.schedule import SolveResult
         from synth.milp.synthesize import synthesize as route
 
+        if _is_moe(problem):
+            return _moe(problem, options, "router")
         milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit, gap=options.gap,
                            threads=options.threads)  # bad options are one line before any work
         sketch = self.sketch(problem, options)
@@ -198,6 +200,8 @@ class Greedy(_Planner):
         from synth.cost import step_time_us
         from synth.greedy.pipeline import pipelined
 
+        if _is_moe(problem):
+            return _moe(problem, options, "planner")
         started = time.perf_counter()
         schedule = pipelined(problem.topology, problem.collective, problem.chunks or 1, problem.root)
         seconds = time.perf_counter() - started
@@ -317,6 +321,37 @@ def checked(result: SolveResult, backend: str) -> SolveResult:
     if result.schedule is not None:
         verified(result.schedule, f"the {backend} backend")
     return result
+
+
+def _is_moe(problem: Problem) -> bool:
+    return problem.collective.partition(":")[0] in ("moe_dispatch", "moe_combine")
+
+
+MOE_GAP = 0.01  # the MoE router's default relative MIP gap (its LP bound is within 0.1% on our routings)
+
+
+def _moe(problem: Problem, options: Options, method: str) -> SolveResult:
+    """A mixture-of-experts dispatch or combine by the router (milp) or the planner (greedy), at
+    the routing's own size (``synth.moe.synthesize``)."""
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.bounds.solver import MilpOptions
+    from synth.core.schedule import SolveResult, Status
+    from synth.moe.synthesize import moe_schedule
+
+    if problem.chunks not in (None, 1) or problem.size is not None or problem.root is not None:
+        raise InputError(f"{problem.collective.partition(':')[0]} takes its chunks (one per token) and its size "
+                         "(tokens x token_bytes) from the routing; drop --chunks, --size and --root")
+    milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit,
+                       gap=MOE_GAP if options.gap is None else options.gap, threads=options.threads)
+    result = moe_schedule(problem.topology, problem.collective, method, milp)
+    schedule = result.schedule
+    size = schedule.collective.size_bytes
+    took = result.details["time_us"]
+    bound = lower_bounds(problem.topology, schedule.collective).time_us(size)
+    options.say(f"moe {method}: depth {result.details['depth']}, planned in {result.seconds:.2f} s")
+    details = {"size": size, "time_us": took, "bound_us": bound, "percent_of_bound": 100.0 * bound / took,
+               "plan_seconds": result.seconds}
+    return SolveResult(Status.SOLVED, schedule, result.seconds, details=details)
 
 
 def _importable(module: str) -> bool:

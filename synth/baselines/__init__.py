@@ -50,7 +50,18 @@ class Baseline:
 
 def registry() -> dict[str, Baseline]:
     """All baselines by name (imported lazily to keep ``import synth`` light)."""
-    from synth.baselines import alltoall, hierarchical, nccl, nccl_pat, nccl_ring, nccl_tree, recursive, ring, trees
+    from synth.baselines import (
+        alltoall,
+        hierarchical,
+        moe,
+        nccl,
+        nccl_pat,
+        nccl_ring,
+        nccl_tree,
+        recursive,
+        ring,
+        trees,
+    )
 
     entries = (
         ring.BASELINES
@@ -62,6 +73,7 @@ def registry() -> dict[str, Baseline]:
         + trees.BASELINES
         + alltoall.BASELINES
         + hierarchical.BASELINES
+        + moe.BASELINES
     )
     return {entry.name: entry for entry in entries}
 

@@ -87,7 +87,14 @@ def collective_for(topology: Topology, name: str, root: int | None, chunks: int 
 
 
 def direct(topology: Topology, collective_name: str, root: int | None, chunks: int | None) -> Schedule:
-    """Registry builder for ``direct``: alltoall, alltoallv:FILE, scatter, gather."""
+    """Registry builder for ``direct``: alltoall, alltoallv:FILE, scatter, gather, and MoE
+    dispatch/combine (every token straight to each destination rank: NCCL's all_to_all_v)."""
+    if collective_name.partition(":")[0] in ("moe_dispatch", "moe_combine"):
+        from synth.baselines.moe import moe_baseline
+
+        if root is not None:
+            raise InputError(f"{collective_name.partition(':')[0]} has no root")
+        return moe_baseline(topology, "direct", collective_name, chunks)
     if collective_name == "allgather":
         raise BaselineNotApplicable("direct builds alltoall, alltoallv, scatter and gather, not allgather")
     return direct_schedule(topology, collective_for(topology, collective_name, root, chunks))
@@ -163,7 +170,7 @@ def bruck(topology: Topology, collective_name: str, root: int | None, chunks: in
 BASELINES: tuple[Baseline, ...] = (
     Baseline(
         "direct",
-        frozenset({"alltoall", "alltoallv", "scatter", "gather"}),
+        frozenset({"alltoall", "alltoallv", "scatter", "gather", "moe_dispatch", "moe_combine"}),
         direct,
         "every chunk straight from its holder to its destination in one routed phase",
     ),

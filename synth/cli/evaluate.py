@@ -25,7 +25,8 @@ def add_evaluate_parsers(sub) -> None:
     p.add_argument("topology")
     p.add_argument("collective")
     add_coll_options(p)
-    p.add_argument("--size", default="1G", help="collective size S (bytes, K/M/G = 1024^k; default 1G)")
+    p.add_argument("--size", help="collective size S (bytes, K/M/G = 1024^k; default 1G, or the size a routing "
+                                  "fixes: tokens x token_bytes)")
     add_calibration_option(p, "bound what a runtime can reach: link rates times their efficiency, its latencies "
                               "and launch floor (a synth.calibration file, or 'default')")
     p.add_argument("--json", action="store_true")
@@ -35,7 +36,8 @@ def add_evaluate_parsers(sub) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="schedule file(s); with several (same collective and ranks) a last line compares the "
                         "first with each other")
-    p.add_argument("--sizes", default=DEFAULT_COST_SIZES, help=f"comma-separated sizes (default {DEFAULT_COST_SIZES})")
+    p.add_argument("--sizes", help=f"comma-separated sizes (default {DEFAULT_COST_SIZES}, or the one size the "
+                                   "schedules' collective fixes: a MoE routing's tokens x token_bytes)")
     p.add_argument("--protocol", type=protocol_choice, metavar="PROTOCOL",
                    help="any case; ideal: the contract model (default); simple, ll128, ll: NCCL's protocol factors "
                         "and base latency (docs/cost-model.md); best: the fastest of those per size "
@@ -64,8 +66,9 @@ def cmd_bounds(args) -> int:
 
     topo = topology_of(args.topology)
     coll = collective_of(args.collective, topo.ranks, args.root, args.chunks)
-    coll.check_on(topo)
-    size = parse_size(args.size)
+    if coll.size_bytes is None:  # a routing's collectives are checked by its own bounds, over arrays
+        coll.check_on(topo)
+    size = parse_size(args.size or str(coll.size_bytes or "1G"))
     terms = terms_of(args)
     if terms is None:
         bounds = lower_bounds(topo, coll)
@@ -116,11 +119,12 @@ def cmd_cost(args) -> int:
     from synth.cost import parse_sizes
     from synth.verify import load_schedule
 
-    sizes = parse_sizes(args.sizes)
     terms = terms_of(args)
     protocol = args.protocol or ("ideal" if terms is None else "best")
     schedules = [load_schedule(path) for path in args.files]
     _check_comparable(args.files, schedules)
+    fixed = schedules[0].collective.size_bytes
+    sizes = parse_sizes(args.sizes or (str(fixed) if fixed else DEFAULT_COST_SIZES))
     tables = [_cost_table(schedule, sizes, protocol, terms) for schedule in schedules]
     labels = [_label(path, schedule) for path, schedule in zip(args.files, schedules)]
     model = "contract model, no calibration" if terms is None else f"calibration {terms.label}"
@@ -149,6 +153,10 @@ def _check_comparable(paths: list[str], schedules: list) -> None:
         if (coll.name, coll.ranks) != (first.name, first.ranks):
             raise InputError(f"{path}: {coll.name} on {coll.ranks} ranks, but {paths[0]} is {first.name} on "
                              f"{first.ranks} ranks: synth cost compares schedules of one collective and rank count")
+        if first.chunk_bytes is not None and (coll.pre, coll.post, coll.chunk_bytes) != (
+                first.pre, first.post, first.chunk_bytes):
+            raise InputError(f"{path}: its {coll.name} is of another routing than {paths[0]}'s: synth cost "
+                             "compares schedules of one routing")
 
 
 def _cost_table(schedule, sizes: list[int], protocol: str, terms):
@@ -196,12 +204,16 @@ def _column_notes(bounds, protocol: str, terms, sizes: list[int]) -> list[str]:
     from synth.cost import format_size
 
     small = min(sizes)
-    return [
-        "step time: the DESIGN cost model (each step lasts as long as its slowest link or group); sim time: "
-        "the event simulator (each send starts when its data and its link are ready)",
-        f"% of bound: the lower bound's time / step time; at {format_size(small)} the bound is "
-        f"{bounds.time_us(small):.4g} us, mostly {_small_bound(bounds, protocol, terms)}",
-    ]
+    notes = ["step time: the DESIGN cost model (each step lasts as long as its slowest link or group); sim time: "
+             "the event simulator (each send starts when its data and its link are ready)"]
+    plain = bounds if terms is None else bounds.bounds
+    if plain.bandwidth_time_per_byte * small >= 0.5 * bounds.time_us(small):
+        notes.append(f"% of bound: the lower bound's time / step time; at {format_size(small)} the bound is "
+                     f"{bounds.time_us(small):.4g} us, mostly bandwidth ({plain.binding})")
+    else:
+        notes.append(f"% of bound: the lower bound's time / step time; at {format_size(small)} the bound is "
+                     f"{bounds.time_us(small):.4g} us, mostly {_small_bound(bounds, protocol, terms)}")
+    return notes
 
 
 def _small_bound(bounds, protocol: str, terms) -> str:

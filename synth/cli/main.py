@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from synth.cli.measure import add_measure_parsers
     from synth.cli.model import add_model_parsers
     from synth.cli.report import add_report_parser
+    from synth.cli.routing import add_routing_parser
     from synth.cli.run import add_run_parser
     from synth.cli.sketch import add_sketch_parser
     from synth.cli.synthesis import add_synthesis_parsers
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_parsers(sub)
     add_synthesis_parsers(sub)
     add_sketch_parser(sub)
+    add_routing_parser(sub)
     add_report_parser(sub)
     add_export_parser(sub)
     add_tune_parser(sub)

@@ -1,7 +1,7 @@
 """Load and save the on-disk formats; schedules are verified on load.
 
 Writes are atomic (temp file in the same folder, then rename) so that a failure never leaves a
-half-written file behind. A path ending in ``.gz`` is read and written gzip-compressed (big
+half-written file behind. A path ending in ``.gz`` is read and written gzip-compressed at level 6 (big
 schedules: a 128-GPU allgather is 7 MB of JSON, 0.4 MB compressed); the compression is
 deterministic (no timestamp), so committed files only change when their content does.
 
@@ -205,7 +205,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         if path.suffix == ".gz":
-            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0) as handle:
+            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0,
+                                                          compresslevel=6) as handle:
                 handle.write(text.encode("utf-8"))
         else:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
