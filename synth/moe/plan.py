@@ -55,7 +55,7 @@ class Traffic:
         machines = topology.machine_count
         key = token[remote] * machines + machine_of[rank[remote]]
         order = np.argsort(key, kind="stable")
-        first = np.r_[True, key[order][1:] != key[order][:-1]]
+        first = np.r_[True, key[order][1:] != key[order][:-1]][:len(key)]
         crossing = np.full(len(token), -1, dtype=np.int64)
         crossing[np.flatnonzero(remote)[order]] = np.cumsum(first) - 1
         unique = key[order][first]

@@ -22,6 +22,8 @@ PIPELINE_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # crossing steps best_dept
 
 def plan_carriers(traffic: Traffic) -> Carriers:
     """Levelled senders and receivers for every crossing (see the module docstring)."""
+    if not traffic.crossings:  # one machine, or every token stays on its own
+        return Carriers(traffic.source, traffic.source)
     topology = traffic.topology
     machine_of = np.asarray(topology.machine_of, dtype=np.int64)
     out_weight, in_weight = port_bandwidth(topology, across=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from synth.bounds.solver import MilpOptions, MilpOutcome, solve, value
+from synth.bounds.solver import MilpOptions, MilpOutcome, MilpStatus, solve, value
 from synth.core.errors import UnknownResultError
 from synth.core.topology import Topology
 from synth.moe.costing import port_bandwidth
@@ -44,6 +44,10 @@ class Kinds:
 
 def route_carriers(traffic: Traffic, options: MilpOptions) -> tuple[Carriers, MilpOutcome]:
     """The router's carriers; UnknownResultError when the solver stops without a solution."""
+    if not traffic.crossings:  # nothing crosses: nothing to route
+        empty = np.zeros(0, dtype=np.int64)
+        return Carriers(empty, empty), MilpOutcome(MilpStatus.SOLVED, 0.0, 0.0, options.solver, True, True, 0.0,
+                                                   "nothing crosses between machines: no MILP")
     kinds = group_crossings(traffic)
     model = _Model(traffic.topology, traffic, kinds)
     outcome = solve(model.problem, options)

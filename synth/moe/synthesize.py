@@ -4,6 +4,7 @@
 ``moe_combine:FILE`` and ``method``:
 - ``planner``: levelled carriers (``synth.moe.planner``), round-robin pipelining;
 - ``router``: MILP carriers (``synth.moe.router``), equitable pipelining (``synth.moe.equitable``);
+  both fall back to the one-shot plan (``direct``'s) where it is faster in the step model;
 - ``deepep``: DeepEP's scheme: every token crosses to each destination machine once, from its own
   rank to the rank with the same local index there, which forwards it over the machine's links;
   pipelined round-robin, as DeepEP streams;
@@ -66,20 +67,27 @@ def moe_schedule(topology: Topology, spec: str, method: str, milp_options=None) 
 
 
 def _plan(topology: Topology, routing, method: str, table: LinkTable, milp_options) -> tuple[Hops, dict]:
+    """The dispatch plan of ``method``; the planner and the router take the one-shot (direct) plan
+    instead where it is faster (small tokens: one step's latency beats a pipeline's)."""
     traffic = Traffic.of(routing, topology)
-    if method == "direct":
-        hops = Hops(traffic.dest_token, routing.token_source[traffic.dest_token], traffic.dest_rank,
+    one_shot = Hops(traffic.dest_token, routing.token_source[traffic.dest_token], traffic.dest_rank,
                     np.zeros(len(traffic.dest_token), dtype=np.int64), 1)
-        return hops, {"depth": 1}
+    if method == "direct":
+        return one_shot, {"depth": 1, "shape": "one-shot"}
     if method == "router":
         from synth.moe.router import route_carriers
 
         carriers, outcome = route_carriers(traffic, milp_options)
         hops, depth = _equitable_best(DispatchPlan(traffic, carriers), table, routing.token_bytes)
-        return hops, {"depth": depth, "milp": outcome.message, "milp_objective_us": outcome.objective}
-    carriers = plan_carriers(traffic) if method == "planner" else rail_carriers(traffic)
-    hops, depth = best_depth(DispatchPlan(traffic, carriers), table, routing.token_bytes)
-    return hops, {"depth": depth}
+        details = {"depth": depth, "shape": "pipelined", "milp": outcome.message,
+                   "milp_objective_us": outcome.objective}
+    else:
+        carriers = plan_carriers(traffic) if method == "planner" else rail_carriers(traffic)
+        hops, depth = best_depth(DispatchPlan(traffic, carriers), table, routing.token_bytes)
+        details = {"depth": depth, "shape": "pipelined"}
+    if method != "deepep" and table.time_us(one_shot, routing.token_bytes) < table.time_us(hops, routing.token_bytes):
+        return one_shot, {**details, "depth": 1, "shape": "one-shot"}
+    return hops, details
 
 
 def rail_carriers(traffic: Traffic) -> Carriers:
