@@ -260,11 +260,38 @@ def _ranks(ranks: list[int]) -> str:
 def is_valid(schedule: Schedule) -> bool | None:
     """True exactly when ``verify(schedule)`` finds nothing; None when a send's
     ``op`` is neither ``copy`` nor ``reduce`` (the replay decides those)."""
-    topo, coll = schedule.topology, schedule.collective
+    steps = []
+    for step in schedule.steps:
+        count = len(step.sends)
+        reduce = np.fromiter((s.op == "reduce" for s in step.sends), dtype=bool, count=count)
+        if not reduce.all() and not all(s.op == "copy" for s in step.sends if s.op != "reduce"):
+            return None
+        steps.append(StepArrays(np.fromiter((s.chunk for s in step.sends), dtype=np.int64, count=count),
+                                np.fromiter((s.src for s in step.sends), dtype=np.int64, count=count),
+                                np.fromiter((s.dst for s in step.sends), dtype=np.int64, count=count),
+                                reduce, step.rounds))
+    return arrays_valid(schedule.topology, schedule.collective, steps)
+
+
+@dataclass(frozen=True, eq=False)
+class StepArrays:
+    """One step's sends as arrays (``reduce``: the op is reduce, else copy) and its rounds."""
+
+    chunk: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    reduce: np.ndarray
+    rounds: Any = None
+
+
+def arrays_valid(topology, collective, steps) -> bool:
+    """The array replay of steps given as ``StepArrays``: True exactly when ``verify`` of the same
+    sends finds nothing (the rules of the module docstring), for callers that hold plans as arrays."""
+    topo, coll = topology, collective
     n, chunks = topo.ranks, coll.chunks
     if n != coll.ranks:
         return False
-    tables = _Tables.of(schedule)
+    tables = _Tables.of(topo)
     held = np.zeros((n, chunks), dtype=bool)
     ranks, cols = _pairs(coll.pre)
     held[ranks, cols] = True
@@ -273,56 +300,62 @@ def is_valid(schedule: Schedule) -> bool | None:
     if coll.combining:
         mask = np.zeros((n, chunks, words), dtype=np.uint64)
         np.bitwise_or.at(mask, (ranks, cols, ranks // 64), np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64)))
-    for step in schedule.steps:
-        rounds = step.rounds
-        if rounds is not None and (not isinstance(rounds, int) or rounds < 1):
+    for step in steps:
+        if not _step_valid(step, coll, tables, held, mask, n, chunks):
             return False
-        count = len(step.sends)
-        if not count:
-            continue
-        chunk = np.fromiter((s.chunk for s in step.sends), dtype=np.int64, count=count)
-        src = np.fromiter((s.src for s in step.sends), dtype=np.int64, count=count)
-        dst = np.fromiter((s.dst for s in step.sends), dtype=np.int64, count=count)
-        reduce = np.fromiter((s.op == "reduce" for s in step.sends), dtype=bool, count=count)
-        if not reduce.all() and not all(s.op == "copy" for s in step.sends if s.op != "reduce"):
-            return None
-        if ((src < 0) | (src >= n) | (dst < 0) | (dst >= n) | (chunk < 0) | (chunk >= chunks)).any():
-            return False
-        link = tables.link_id[src * n + dst]
-        if (src == dst).any() or (link < 0).any():
-            return False
-        if reduce.any() and not coll.combining:
-            return False
-        if not held[src, chunk].all():
-            return False
-        if rounds is not None and not tables.fits(link, rounds):
-            return False
-        key = dst * chunks + chunk
-        order = np.argsort(key, kind="stable")
-        key_sorted = key[order]
-        first = np.concatenate(([True], key_sorted[1:] != key_sorted[:-1]))
-        starts = np.flatnonzero(first)
-        sizes = np.diff(np.append(starts, count))
-        shared = np.repeat(sizes > 1, sizes)
-        if (shared & ~reduce[order]).any():
-            return False  # a (rank, chunk) written twice, not all by reduce
-        if mask is not None:
-            partial = mask[src[order], chunk[order]]  # [sends, words], read before any write lands
-            place_dst, place_chunk = dst[order][starts], chunk[order][starts]
-            is_copy = ~reduce[order][starts]  # a copy is alone at its place (checked above)
-            base = np.where((held[place_dst, place_chunk] & ~is_copy)[:, None],
-                            mask[place_dst, place_chunk], np.uint64(0))
-            merged = np.bitwise_or.reduceat(partial, starts, axis=0)
-            summed = np.add.reduceat(_popcount(partial), starts) + _popcount(base)
-            if (summed != _popcount(merged | base)).any():
-                return False  # a reduce adds a contribution the destination already has
-            mask[place_dst, place_chunk] = merged | base
-        held[dst, chunk] = True
+    return _post_valid(coll, held, mask, words)
+
+
+def _step_valid(step: StepArrays, coll, tables, held, mask, n: int, chunks: int) -> bool:
+    """Check one step against the state (``held``, ``mask``) and land its writes."""
+    rounds = step.rounds
+    if rounds is not None and (not isinstance(rounds, int) or rounds < 1):
+        return False
+    count = len(step.chunk)
+    if not count:
+        return True
+    chunk, src, dst, reduce = step.chunk, step.src, step.dst, step.reduce
+    if ((src < 0) | (src >= n) | (dst < 0) | (dst >= n) | (chunk < 0) | (chunk >= chunks)).any():
+        return False
+    link = tables.link_id[src * n + dst]
+    if (src == dst).any() or (link < 0).any():
+        return False
+    if reduce.any() and not coll.combining:
+        return False
+    if not held[src, chunk].all():
+        return False
+    if rounds is not None and not tables.fits(link, rounds):
+        return False
+    key = dst * chunks + chunk
+    order = np.argsort(key, kind="stable")
+    key_sorted = key[order]
+    first = np.concatenate(([True], key_sorted[1:] != key_sorted[:-1]))
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.append(starts, count))
+    shared = np.repeat(sizes > 1, sizes)
+    if (shared & ~reduce[order]).any():
+        return False  # a (rank, chunk) written twice, not all by reduce
+    if mask is not None:
+        partial = mask[src[order], chunk[order]]  # [sends, words], read before any write lands
+        place_dst, place_chunk = dst[order][starts], chunk[order][starts]
+        is_copy = ~reduce[order][starts]  # a copy is alone at its place (checked above)
+        base = np.where((held[place_dst, place_chunk] & ~is_copy)[:, None],
+                        mask[place_dst, place_chunk], np.uint64(0))
+        merged = np.bitwise_or.reduceat(partial, starts, axis=0)
+        summed = np.add.reduceat(_popcount(partial), starts) + _popcount(base)
+        if (summed != _popcount(merged | base)).any():
+            return False  # a reduce adds a contribution the destination already has
+        mask[place_dst, place_chunk] = merged | base
+    held[dst, chunk] = True
+    return True
+
+
+def _post_valid(coll, held, mask, words: int) -> bool:
     ranks, cols = _pairs(coll.post)
     if not held[ranks, cols].all():
         return False
     if mask is not None:
-        want = np.zeros((chunks, words), dtype=np.uint64)
+        want = np.zeros((coll.chunks, words), dtype=np.uint64)
         pre_ranks, pre_cols = _pairs(coll.pre)
         np.bitwise_or.at(want, (pre_cols, pre_ranks // 64),
                          np.left_shift(np.uint64(1), (pre_ranks % 64).astype(np.uint64)))
@@ -352,8 +385,7 @@ class _Tables:
         self.group_ptr, self.group_of, self.group_cap = group_ptr, group_of, group_cap
 
     @classmethod
-    def of(cls, schedule: Schedule) -> "_Tables":
-        topo = schedule.topology
+    def of(cls, topo) -> "_Tables":
         n = topo.ranks
         link_id = np.full(n * n, -1, dtype=np.int64)
         for i, link in enumerate(topo.links):

@@ -206,3 +206,18 @@ def to_schedule(hops: Hops, topology: Topology, collective: Collective, meta: di
     budgets = rounds or [None] * hops.steps
     steps = tuple(Step(tuple(sends[a:b]), r) for a, b, r in zip(bounds[:-1], bounds[1:], budgets))
     return Schedule(topology, collective, steps, meta)
+
+
+def step_arrays(hops: Hops, rounds: list[int] | None = None) -> list:
+    """The plan as the verifier's ``StepArrays`` (``synth.verify.arrays_valid``), step by step."""
+    from synth.verify import StepArrays
+
+    order = np.argsort(hops.step, kind="stable")
+    bounds = np.searchsorted(hops.step[order], np.arange(hops.steps + 1))
+    budgets = rounds or [None] * hops.steps
+    out = []
+    for index in range(hops.steps):
+        at = order[bounds[index]:bounds[index + 1]]
+        reduce = np.full(len(at), hops.reduce)
+        out.append(StepArrays(hops.chunk[at], hops.src[at], hops.dst[at], reduce, budgets[index]))
+    return out

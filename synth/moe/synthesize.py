@@ -30,7 +30,7 @@ from synth.moe.costing import LinkTable
 from synth.moe.equitable import equitable_counts
 from synth.moe.plan import Carriers, DispatchPlan, Hops, Traffic, reversed_hops, to_schedule
 from synth.moe.planner import best_depth, plan_carriers
-from synth.moe.routing import routing_of_spec
+from synth.moe.routing import Routing, routing_of_spec
 
 METHODS = ("planner", "router", "deepep", "direct")
 ROUTER_DEPTHS = (1, 2, 4, 8, 16, 32, 64)  # equitable splits halve, so powers of two
@@ -47,23 +47,34 @@ class MoeResult:
 
 def moe_schedule(topology: Topology, spec: str, method: str, milp_options=None) -> MoeResult:
     """The ``method`` schedule for ``spec`` on ``topology`` (see the module docstring)."""
-    if method not in METHODS:
-        raise InputError(f"unknown MoE method {method!r}; known: {', '.join(METHODS)}")
     kind = spec.partition(":")[0]
     collective = make_collective(spec, topology.ranks)  # checks the routing against the topology
     routing = routing_of_spec(spec)
-    require_links(topology)
     table = LinkTable.of(topology)
-    started = time.perf_counter()
-    hops, details = _plan(topology, routing, method, table, milp_options)
-    seconds = time.perf_counter() - started
+    hops, seconds, details = plan_hops(topology, routing, method, milp_options, table)
     if kind == "moe_combine":
         hops = reversed_hops(hops)
-    details = {**details, "plan_seconds": round(seconds, 4), "time_us": table.time_us(hops, routing.token_bytes)}
+    details = {**details, "time_us": table.time_us(hops, routing.token_bytes)}
     meta = {"synthesizer": "moe-" + method if method in ("planner", "router") else "baseline",
             "algorithm": method, "routing": spec.partition(":")[2], **details}
     schedule = to_schedule(hops, topology, collective, meta, table.rounds(hops))
     return MoeResult(schedule, seconds, details)
+
+
+def plan_hops(topology: Topology, routing: Routing, method: str, milp_options=None,
+              table: LinkTable | None = None) -> tuple[Hops, float, dict]:
+    """(the dispatch plan of ``method`` as arrays, the seconds planning took, what it chose);
+    combine is ``reversed_hops`` of it."""
+    if method not in METHODS:
+        raise InputError(f"unknown MoE method {method!r}; known: {', '.join(METHODS)}")
+    if routing.ranks != topology.ranks:
+        raise InputError(f"the routing is for {routing.ranks} ranks but {topology.name} has {topology.ranks}")
+    require_links(topology)
+    table = table or LinkTable.of(topology)
+    started = time.perf_counter()
+    hops, details = _plan(topology, routing, method, table, milp_options)
+    seconds = time.perf_counter() - started
+    return hops, seconds, {**details, "plan_seconds": round(seconds, 4)}
 
 
 def _plan(topology: Topology, routing, method: str, table: LinkTable, milp_options) -> tuple[Hops, dict]:

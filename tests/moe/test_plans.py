@@ -18,10 +18,11 @@ from synth.core.schedule import Schedule, Step
 from synth.cost import step_time_us
 from synth.moe.costing import LinkTable
 from synth.moe.generate import make_routing
-from synth.moe.plan import Traffic
+from synth.moe.plan import Hops, Traffic, reversed_hops, step_arrays, to_schedule
 from synth.moe.planner import level, plan_carriers
-from synth.moe.synthesize import METHODS, moe_schedule
-from synth.verify import verify
+from synth.moe.routing import routing_of_spec
+from synth.moe.synthesize import METHODS, moe_schedule, plan_hops
+from synth.verify import arrays_valid, verify
 from tests.moe.clusters import cluster, write_routing
 
 MILP = MilpOptions(time_limit=60, gap=0.01)
@@ -119,3 +120,17 @@ def test_a_machine_without_every_link_is_refused(tmp_path):
     path = write_routing(tmp_path / "r.json", routing)
     with pytest.raises(Exception, match="need a link between every two ranks"):
         moe_schedule(resolve_topology("dgx1"), f"moe_dispatch:{path}", "planner")
+
+
+@pytest.mark.parametrize("kind", ["moe_dispatch", "moe_combine"])
+def test_plans_verify_as_arrays_as_they_do_as_schedules(h100x2_routing, kind):
+    topo = resolve_topology("h100x2")
+    routing = routing_of_spec(f"{kind}:{h100x2_routing}")
+    collective = routing.collective(kind)
+    hops, _, _ = plan_hops(topo, routing, "planner")
+    if kind == "moe_combine":
+        hops = reversed_hops(hops)
+    assert arrays_valid(topo, collective, step_arrays(hops))
+    cut = Hops(hops.chunk[1:], hops.src[1:], hops.dst[1:], hops.step[1:], hops.steps, hops.reduce)
+    assert not arrays_valid(topo, collective, step_arrays(cut))
+    assert verify(to_schedule(cut, topo, collective, {})) != []
