@@ -84,12 +84,34 @@ def cmd_report(args) -> int:
         raise InputError(f"--max-threadblocks must be at least 1, got {args.max_threadblocks}")
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.collective.partition(":")[0] in ("moe_dispatch", "moe_combine"):
+        return _moe(args, say)
     out = args.output or f"results/{args.topology}/{args.collective}"
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say, jobs=args.jobs,
                  calibration=args.calibration, max_threadblocks=args.max_threadblocks)
     print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, speedup.png, threadblocks.png, "
           "selection.json", file=sys.stderr)
     for line in summary_lines(doc):
+        print(line)
+    return 0
+
+
+def _moe(args, say) -> int:
+    """A routing's report: its own size, the contract model (synth.report.moe)."""
+    from pathlib import Path
+
+    from synth.core.errors import InputError
+    from synth.report.moe import moe_report
+    from synth.report.moe import summary_lines as moe_lines
+
+    if args.from_dir or args.max_threadblocks is not None or args.sizes != DEFAULT_SIZES_TEXT:
+        raise InputError("a MoE routing fixes its size and has one plan per method: --from, --sizes and "
+                         "--max-threadblocks do not apply")
+    kind, _, path = args.collective.partition(":")
+    out = args.output or f"results/{args.topology}/{kind}-{Path(path).stem}"
+    doc = moe_report(args.topology, args.collective, out, args.time_limit, say)
+    print(f"wrote {out}/report.md, report.json, schedules/", file=sys.stderr)
+    for line in moe_lines(doc):
         print(line)
     return 0
 

@@ -108,3 +108,20 @@ def test_load_routing_names_a_missing_file(tmp_path):
 def test_routing_of_builds_from_fields():
     r = Routing.of(2, 8, [1, 0], [[[0], [1]], [[0, 1]]])
     assert r.tokens_per_rank.tolist() == [2, 1]
+
+
+def test_synth_report_writes_a_routing_report(tmp_path, capsys):
+    from synth.moe.generate import make_routing
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(make_routing(16, 32, 4, 20, 4096, "uniform", seed=1, imbalance=2.0).to_doc()))
+    out = tmp_path / "report"
+    code, stdout, err = run(capsys, "report", "h100x2", f"moe_combine:{path}", "-o", str(out))
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    assert [row["method"] for row in doc["methods"]] == ["planner", "router", "deepep", "direct"]
+    assert all(row["time_us"] >= doc["bound_us"] * (1 - 1e-9) for row in doc["methods"])
+    assert doc["speedups"]["router over deepep"] >= 1.0 and "router:" in stdout
+    assert len(list((out / "schedules").glob("*.schedule.json.gz"))) == 4
+    code, _, err = run(capsys, "report", "h100x2", f"moe_combine:{path}", "--sizes", "1M", "-o", str(tmp_path / "x"))
+    assert code == 2 and "fixes its size" in err and not (tmp_path / "x").exists()
