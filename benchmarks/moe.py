@@ -7,7 +7,7 @@ token, seeded). Every figure is the contract step model ("ideal", default consta
 calibration) at the routing's own size; combine is costed on its own (reversed) plan. Every plan,
 dispatch and combine, is verified by the array replay before it is counted. Planner seconds are
 the median of ``--repeat`` runs in this process (routing to pipelined plan, arrays only);
-router seconds are one run (MILP with HiGHS, then the equitable split).
+router seconds are one run (MILP with HiGHS at its default gap, then the equitable split).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def measure(machine: str, popularity: str, tokens: int, imbalance: float, repeat
     from synth.moe.costing import LinkTable
     from synth.moe.generate import make_routing
     from synth.moe.plan import reversed_hops, step_arrays
+    from synth.moe.router import DEFAULT_GAP
     from synth.moe.synthesize import METHODS, plan_hops
     from synth.verify import arrays_valid
 
@@ -42,7 +43,7 @@ def measure(machine: str, popularity: str, tokens: int, imbalance: float, repeat
     table = LinkTable.of(topo)
     row = {"machine": machine, "popularity": popularity, "imbalance": imbalance, "tokens_per_gpu": tokens,
            "size_bytes": int(routing.tokens_per_rank.max()) * TOKEN_BYTES}
-    milp = MilpOptions(time_limit=300, gap=0.01)
+    milp = MilpOptions(time_limit=300, gap=DEFAULT_GAP)
     for kind in ("moe_dispatch", "moe_combine"):
         collective = routing.collective(kind)
         row[f"{kind}.bound_us"] = lower_bounds(topo, collective).time_us(collective.size_bytes)
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
     imbalance = [float(f) for f in args.imbalance.split(",")]
     if args.quick:
         machines, tokens, imbalance = QUICK["machines"], QUICK["tokens"], QUICK["imbalance"]
-    print(__doc__.split("\n\n")[1].replace("\n", " "), file=sys.stderr)
+    print(" ".join(__doc__.split("\n\n")[1].splitlines()[1:]), file=sys.stderr)
     rows, started = [], time.perf_counter()
     for machine in machines:
         for popularity in args.popularity.split(","):

@@ -327,22 +327,20 @@ def _is_moe(problem: Problem) -> bool:
     return problem.collective.partition(":")[0] in ("moe_dispatch", "moe_combine")
 
 
-MOE_GAP = 0.01  # the MoE router's default relative MIP gap (its LP bound is within 0.1% on our routings)
-
-
 def _moe(problem: Problem, options: Options, method: str) -> SolveResult:
     """A mixture-of-experts dispatch or combine by the router (milp) or the planner (greedy), at
     the routing's own size (``synth.moe.synthesize``)."""
     from synth.bounds.lower_bounds import lower_bounds
     from synth.bounds.solver import MilpOptions
     from synth.core.schedule import SolveResult, Status
+    from synth.moe.router import DEFAULT_GAP
     from synth.moe.synthesize import moe_schedule
 
     if problem.chunks not in (None, 1) or problem.size is not None or problem.root is not None:
         raise InputError(f"{problem.collective.partition(':')[0]} takes its chunks (one per token) and its size "
                          "(tokens x token_bytes) from the routing; drop --chunks, --size and --root")
     milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit,
-                       gap=MOE_GAP if options.gap is None else options.gap, threads=options.threads)
+                       gap=DEFAULT_GAP if options.gap is None else options.gap, threads=options.threads)
     result = moe_schedule(problem.topology, problem.collective, method, milp)
     schedule = result.schedule
     size = schedule.collective.size_bytes

@@ -8,7 +8,7 @@ chooses the chunking its algorithm needs; the schedule's collective says what it
 ``buffer_chunks`` keeps the nccl-tests size S, so costs are comparable across algorithms.
 
 >>> sorted(registry())[:3]
-['binomial_tree', 'bruck', 'direct']
+['binomial_tree', 'bruck', 'deepep']
 """
 
 from __future__ import annotations

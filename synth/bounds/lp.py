@@ -105,6 +105,30 @@ def solve_mip_bound(cost, col_lower, col_upper, coo, row_lower, row_upper, integ
     return None
 
 
+def solve_mip_solution(cost, col_upper, coo, row_lower, row_upper, integer_columns, time_limit: float,
+                       gap: float) -> tuple[float, np.ndarray, bool] | None:
+    """(objective, x, finished) of the best solution HiGHS finds with the given columns integral,
+    stopping once it is within relative ``gap`` of the dual bound (``finished``) or at the time
+    limit (not finished); None when it has none (infeasible, or no solution in time).
+
+    >>> obj, x, done = solve_mip_solution([-1.0], [np.inf], ([0], [0], [2.0]), [-np.inf], [3.0], [0], 10, 0.0)
+    >>> round(obj, 6), round(float(x[0]), 6), done
+    (-1.0, 1.0, True)
+    """
+    import highspy
+
+    integrality = np.zeros(len(cost), dtype=bool)
+    integrality[list(integer_columns)] = True
+    highs = _run_highs(cost, None, col_upper, coo, row_lower, row_upper, time_limit, None,
+                       integrality=integrality, require_optimal=False, mip_gap=gap)
+    status = highs.getModelStatus()
+    has_solution = highs.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
+    if status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit) or not has_solution:
+        return None
+    x = np.asarray(highs.getSolution().col_value, dtype=float)
+    return float(highs.getInfo().objective_function_value), x, status == highspy.HighsModelStatus.kOptimal
+
+
 def _canonical(coo, col_upper, row_lower, row_upper):
     """COO sorted by (row, column) with repeated entries added up (HiGHS refuses duplicates)."""
     rows, cols, vals = (np.asarray(a) for a in coo)
@@ -120,10 +144,10 @@ def _canonical(coo, col_upper, row_lower, row_upper):
 
 
 def _run_highs(cost, col_lower, col_upper, coo, row_lower, row_upper, time_limit, method,
-               integrality=None, require_optimal: bool = True):
+               integrality=None, require_optimal: bool = True, mip_gap: float | None = None):
     """A solved Highs object, or None unless the status is optimal (``require_optimal``).
     ``integrality``: a boolean per column (a MIP; its gap is closed to less than one unit, the
-    objective being integral where it is used)."""
+    objective being integral where it is used; with ``mip_gap``, to that relative gap instead)."""
     rows, cols, vals, col_upper, row_lower, row_upper = _canonical(coo, col_upper, row_lower, row_upper)
     import highspy
 
@@ -150,9 +174,12 @@ def _run_highs(cost, col_lower, col_upper, coo, row_lower, row_upper, time_limit
     if integrality is None:
         # interior point is far faster than simplex on the big, degenerate flow LPs
         highs.setOptionValue("solver", method or ("ipm" if len(cost) > 5000 else "simplex"))
-    else:
+    elif mip_gap is None:
         highs.setOptionValue("mip_rel_gap", 0.0)
         highs.setOptionValue("mip_abs_gap", 0.5)
+    else:
+        highs.setOptionValue("mip_rel_gap", float(mip_gap))
+        highs.setOptionValue("mip_abs_gap", 0.0)
     highs.passModel(lp)
     highs.run()
     if require_optimal and highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:

@@ -46,7 +46,7 @@ def cmd_routing_make(args) -> int:
 def cmd_routing_show(args) -> int:
     from synth.cli.common import topology_of
     from synth.core.errors import InputError
-    from synth.moe.routing import load_routing
+    from synth.core.routing import load_routing
     from synth.moe.summary import summarize
 
     routing = load_routing(args.file)

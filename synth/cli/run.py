@@ -28,7 +28,7 @@ def add_run_parser(sub) -> None:
     p.add_argument("file", help="a synth.schedule, synth.program JSON, MSCCL XML or MSCCL++ plan file")
     p.add_argument("--size", action="append", metavar="S",
                    help="call size in bytes (K/M/G = powers of 1024), as nccl-tests counts it; repeatable or "
-                        "comma-separated (default 1K,1M)")
+                        "comma-separated (default 1K,1M; a MoE schedule runs at the size its routing fixes)")
     p.add_argument("--backend", choices=BACKENDS, default="gloo",
                    help="torch.distributed backend: gloo (CPU, default) or nccl (one GPU per rank)")
     p.add_argument("--dtype", default="float32", help="element type (float32, float16, bfloat16, float64, int32, "
@@ -52,12 +52,11 @@ def add_run_parser(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _sizes(values: list[str] | None) -> tuple[int, ...]:
+def _sizes(values: list[str] | None) -> tuple[int, ...] | None:
+    """The sizes asked for (None: none given; the runnable then chooses, ``run_sizes``)."""
     from synth.cost import parse_sizes
 
-    if not values:
-        return (1024, 1 << 20)
-    return tuple(s for v in values for s in parse_sizes(v))
+    return tuple(s for v in values for s in parse_sizes(v)) if values else None
 
 
 def _check_numbers(args) -> None:
@@ -69,10 +68,11 @@ def _check_numbers(args) -> None:
 
 def cmd_run(args) -> int:
     _check_numbers(args)
-    sizes = _sizes(args.size)
-    from synth.runtime.runnable import load_runnable, precheck
+    asked = _sizes(args.size)  # bad sizes are one line before anything is read
+    from synth.runtime.runnable import load_runnable, precheck, run_sizes
 
     runnable = load_runnable(args.file, inplace=True if args.inplace else None, root=args.root)
+    sizes = run_sizes(runnable, asked)
     if importlib.util.find_spec("torch") is None:
         raise InputError(f"synth run needs PyTorch, which is not installed: {TORCH_HINT}")
     from synth.runtime.data import dtype_of

@@ -4,7 +4,7 @@ Chunk numbering (C = chunks per rank, n = ranks):
 - allgather / gather: chunk r*C+i starts on rank r;  reduce_scatter / scatter: chunk r*C+i ends on r;
 - allreduce: n*C chunks, each reduced over all ranks;  broadcast / reduce: C chunks;
 - alltoall: chunk (s*n + d)*C + i goes from s to d;   alltoallv: the matrix's chunks, row-major;
-- moe_dispatch / moe_combine: one chunk per token of the routing file (synth.moe.routing).
+- moe_dispatch / moe_combine: one chunk per token of the routing file (synth.core.routing).
 
 >>> make_collective("broadcast", 4, root=2).pre[0]
 frozenset({2})
@@ -216,7 +216,7 @@ def _from_file(kind: str, path: Path, ranks: int) -> Collective:
     """The collective of an alltoallv traffic file, a routing or a custom collective file, for
     ``ranks`` ranks."""
     if kind in ("moe_dispatch", "moe_combine"):
-        from synth.moe.routing import moe_collective
+        from synth.core.routing import moe_collective
 
         return moe_collective(kind, path, ranks)
     coll = alltoallv(_load_matrix(path), where=str(path)) if kind == "alltoallv" else load_custom(path)

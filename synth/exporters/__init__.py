@@ -120,7 +120,22 @@ def export_schedule(schedule, fmt: str, options) -> tuple[str, Program | None]:
     if not record.writes_programs:
         raise InputError(f"--format {fmt} writes NCCL's own settings for a whole collective, not a schedule: give "
                          "synth report's selection.json, or run 'synth tune TOPO'")
+    if schedule.collective.name in ("moe_dispatch", "moe_combine"):
+        return _moe_program(schedule, fmt, options, record)
     if record.plan is not None:
         return record.plan(schedule, options), None
     program = lower(schedule, options)
+    return record.render(program, options.runtime), program
+
+
+def _moe_program(schedule, fmt: str, options, record) -> tuple[str, Program]:
+    """A MoE dispatch/combine as a synth.program (each rank's buffers its own token rows, as synth
+    run lays them out); MSCCL and MSCCL++ have no such collective, so their formats refuse it."""
+    from synth.core.errors import InputError
+    from synth.runtime.moe import MoeTokens, lower_moe
+
+    if fmt != "program-json":
+        raise InputError(f"MSCCL and MSCCL++ runtimes have no {schedule.collective.name} collective; --format "
+                         "program-json writes its Program, and 'synth run' runs the schedule file itself")
+    program = lower_moe(schedule, MoeTokens.of(schedule.collective, "the schedule"), options)
     return record.render(program, options.runtime), program

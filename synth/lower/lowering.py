@@ -124,11 +124,15 @@ def _default_name(schedule: Schedule) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", raw)[:63]
 
 
-def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions()) -> Program:
+def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions(), layout: Layout | None = None) -> Program:
     """The Program for ``schedule`` under ``options``; InputError (one line) when it cannot be
-    lowered within the runtime's limits or ``max_threadblocks``."""
+    lowered within the runtime's limits or ``max_threadblocks``. ``layout``: where each (rank,
+    chunk) lives (default: MSCCL's layout for the collective, ``buffer_layout``); a runtime that
+    packs its buffers its own way (synth.runtime.moe: a rank's tokens only) passes its own, which
+    must place every (rank, chunk) of ``pre`` in ``inputs`` and of ``post`` in ``outputs``."""
     profile = _check_options(options)
-    layout = buffer_layout(schedule.collective, options.inplace)
+    if layout is None:
+        layout = buffer_layout(schedule.collective, options.inplace)
     k = options.instances
     channel_limit = (profile.max_channels if profile else 1 << 30) // k
     if channel_limit < 1:

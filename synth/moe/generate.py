@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.core.errors import InputError
-from synth.moe.routing import Routing
+from synth.core.routing import Routing
 
 GAMMA_SHAPE = 16.0  # spread of the non-busiest ranks' token counts under an imbalance
 

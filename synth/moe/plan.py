@@ -23,9 +23,9 @@ from functools import cached_property
 import numpy as np
 
 from synth.core.collective import Collective
+from synth.core.routing import Routing
 from synth.core.schedule import Schedule, Send, Step
 from synth.core.topology import Topology
-from synth.moe.routing import Routing
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,11 +136,13 @@ class DispatchPlan:
         """(sender, receiver, crossings) of every link crossings use, in ``step_counts`` order."""
         return self.crossings.links
 
-    def hops(self, depth: int, step_counts: np.ndarray | None = None) -> Hops:
+    def hops(self, depth: int, step_counts: np.ndarray | None = None, prologue: bool = False) -> Hops:
         """The plan with its crossings spread over ``depth`` steps: round-robin on every link, or
-        ``step_counts[step, link]`` crossings per step on each link of ``crossing_links``."""
+        ``step_counts[step, link]`` crossings per step on each link of ``crossing_links``. A relayed
+        crossing needs a step before it: without ``prologue`` one in step 0 moves to step 1; with
+        it every crossing is one step later and step 0 holds the first relays."""
         cross = self.crossings.steps(depth) if step_counts is None else self.crossings.counted(step_counts)
-        cross = np.where(self.relayed, np.maximum(cross, 1), cross)
+        cross = cross + 1 if prologue else np.where(self.relayed, np.maximum(cross, 1), cross)
         relay = np.full(self.relays, np.iinfo(np.int64).max)
         np.minimum.at(relay, self.relay_of, cross[self.relayed] - 1)  # before its earliest crossing
         step = np.concatenate((self.locals.steps(depth), relay, cross, cross[self.forward_crossing] + 1))
@@ -162,8 +164,9 @@ def _relays(traffic: Traffic, carriers: Carriers, relayed: np.ndarray) -> tuple[
 
 
 class _Spread:
-    """Sends spread over steps. Round-robin: each link's sends from a per-link offset, so every
-    link and rank carries a balanced share in every step. Counted: so many per step and link.
+    """Sends spread over steps. Evenly: every link's sends in equal runs (floor or ceil of their
+    share per step), where the longer runs fall chosen per link, so every rank carries a balanced
+    share in every step. Counted: so many per step and link.
     Within a link the sends are ordered by ``priority`` (keys, the last the primary, as
     np.lexsort), and the first take the earliest steps."""
 
@@ -174,16 +177,18 @@ class _Spread:
         starts = np.flatnonzero(np.r_[True, sorted_link[1:] != sorted_link[:-1]]) if len(link) else link[:0]
         sizes = np.diff(np.r_[starts, len(link)])
         self.links = (sorted_link[starts] // ranks, sorted_link[starts] % ranks, sizes)
-        self.group = np.repeat(np.arange(len(starts)), sizes)
+        self.size = np.repeat(sizes, sizes)
         self.position = np.arange(len(link)) - np.repeat(starts, sizes)
-        self.phase = np.repeat(np.arange(len(starts)) * 7919, sizes)
+        self.seed = np.repeat(np.arange(len(starts)) * 7919, sizes)  # a per-link phase
 
     def steps(self, depth: int) -> np.ndarray:
+        """A link's m sends in order take steps floor((p x depth + phase) / m), phase in 0..depth-1
+        per link: each step gets floor or ceil of m / depth of them, earliest first, the phase
+        choosing which steps get the ceil (the last send's step stays below depth)."""
         step = np.zeros(len(self.order), dtype=np.int64)
         if depth == 1 or not len(self.order):
             return step
-        slot = (self.position + self.phase) % depth
-        step[self.order] = np.sort(self.group * depth + slot) % depth  # each link's slots, earliest first
+        step[self.order] = (self.position * depth + self.seed % depth) // self.size
         return step
 
     def counted(self, counts: np.ndarray) -> np.ndarray:

@@ -34,19 +34,13 @@ def plan_carriers(traffic: Traffic) -> Carriers:
 
 
 def best_depth(plan: DispatchPlan, table: LinkTable, chunk_bytes: float) -> tuple[Hops, int]:
-    """The plan at the depth in ``PIPELINE_DEPTHS`` with the least step-model time, and that depth
-    (the search stops once two depths in a row are slower than the best)."""
+    """The plan at the depth in ``PIPELINE_DEPTHS`` with the least step-model time, and that depth."""
     best: tuple[Hops, int, float] | None = None
-    worse = 0
     for depth in PIPELINE_DEPTHS:
         hops = plan.hops(depth)
         took = table.time_us(hops, chunk_bytes)
         if best is None or took < best[2]:
-            best, worse = (hops, depth, took), 0
-        else:
-            worse += 1
-            if worse == 2:
-                break
+            best = (hops, depth, took)
     return best[0], best[1]
 
 

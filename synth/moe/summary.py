@@ -6,7 +6,7 @@ one-copy-per-rank all_to_all_v sends (remote destination ranks) over the crossin
 token and remote machine). ``hottest_rank_share``: the tokens the busiest destination rank needs,
 over all tokens.
 
->>> from synth.moe.routing import Routing
+>>> from synth.core.routing import Routing
 >>> r = Routing.of(4, 64, [0, 1, 2, 3], [[[1, 2, 3]], [], [], []])
 >>> s = summarize(r, [[0, 1], [2, 3]])
 >>> s["destinations_per_token"], s["remote_machines_per_token"], s["dedup"]
@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from synth.moe.routing import Routing
+from synth.core.routing import Routing
 
 
 def summarize(routing: Routing, machines: Sequence[Sequence[int]] | None = None) -> dict:

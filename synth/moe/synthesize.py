@@ -24,13 +24,13 @@ import numpy as np
 
 from synth.core.collectives import make_collective
 from synth.core.errors import InputError
+from synth.core.routing import Routing, routing_of_spec
 from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 from synth.moe.costing import LinkTable
 from synth.moe.equitable import equitable_counts
 from synth.moe.plan import Carriers, DispatchPlan, Hops, Traffic, reversed_hops, to_schedule
 from synth.moe.planner import best_depth, plan_carriers
-from synth.moe.routing import Routing, routing_of_spec
 
 METHODS = ("planner", "router", "deepep", "direct")
 ROUTER_DEPTHS = (1, 2, 4, 8, 16, 32, 64)  # equitable splits halve, so powers of two
@@ -114,17 +114,19 @@ def rail_carriers(traffic: Traffic) -> Carriers:
 
 
 def _equitable_best(plan: DispatchPlan, table: LinkTable, chunk_bytes: float) -> tuple[Hops, int]:
-    """The plan at the power-of-two depth the step model likes best, each link's crossings split
-    equitably over the steps (one split at the deepest, summed for the others)."""
+    """The plan at the power-of-two depth (with or without a relay prologue) the step model likes
+    best, each link's crossings split equitably over the steps (one split at the deepest, summed
+    for the others)."""
     src, dst, count = plan.crossing_links
     deepest = equitable_counts(src, dst, count, ROUTER_DEPTHS[-1])
     best = None
     for depth in ROUTER_DEPTHS:
         counts = deepest.reshape(depth, ROUTER_DEPTHS[-1] // depth, -1).sum(axis=1)
-        hops = plan.hops(depth, counts)
-        took = table.time_us(hops, chunk_bytes)
-        if best is None or took < best[2]:
-            best = (hops, depth, took)
+        for prologue in (False, True):
+            hops = plan.hops(depth, counts, prologue)
+            took = table.time_us(hops, chunk_bytes)
+            if best is None or took < best[2]:
+                best = (hops, depth, took)
     return best[0], best[1]
 
 

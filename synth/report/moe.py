@@ -19,10 +19,10 @@ from synth.core.collectives import make_collective
 from synth.core.errors import InputError
 from synth.core.io import dumps, save_schedule, write_text_atomic
 from synth.core.library import resolve_topology
+from synth.moe.router import DEFAULT_GAP
 from synth.moe.synthesize import METHODS, moe_schedule
 from synth.verify import checked
 
-ROUTER_GAP = 0.01
 Say = Callable[[str], None]
 
 
@@ -34,7 +34,7 @@ def moe_report(topology: str, collective: str, out: str | Path, time_limit: floa
     coll = make_collective(collective, topo.ranks)
     size = coll.size_bytes
     bound = lower_bounds(topo, coll)
-    milp = MilpOptions(time_limit=time_limit, gap=ROUTER_GAP)
+    milp = MilpOptions(time_limit=time_limit, gap=DEFAULT_GAP)
     rows, schedules = [], {}
     for method in METHODS:
         result = moe_schedule(topo, collective, method, milp)

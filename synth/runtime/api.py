@@ -54,7 +54,8 @@ class ScheduledCollective:
 
     Methods (each raises ValueError when the program computes another collective):
     ``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``all_reduce``, ``all_to_all_single``,
-    ``broadcast``, ``reduce``, ``gather``, ``scatter``. ``async_op=True`` is not supported.
+    ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``moe_dispatch``, ``moe_combine``.
+    ``async_op=True`` is not supported.
     """
 
     def __init__(self, runnable: Runnable, timeout: float = 300.0, executor: str = "threads"):
@@ -136,12 +137,27 @@ class ScheduledCollective:
             data = torch.empty(n * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
         self._run(data, tensor, group, "sum")
 
+    def moe_dispatch(self, output, input, group=None, async_op=False):
+        """Every token of this rank (``input``: its rows, in order) to the ranks of its experts;
+        ``output``: one row per token routed to this rank, in global token order. A row is the
+        routing's token_bytes (synth.runtime.moe)."""
+        self._expect("moe_dispatch", async_op)
+        self._run(input, output, group, "sum")
+
+    def moe_combine(self, output, input, group=None, async_op=False):
+        """Every token's expert outputs, summed, back on its rank: ``input``: one row per token routed
+        to this rank, in global token order; ``output``: one row per token of this rank, the sum of
+        its rows on its destinations."""
+        self._expect("moe_combine", async_op)
+        self._run(input, output, group, "sum")
+
     def __call__(self, *args, **kwargs):
         """The program's own collective, with that method's arguments."""
         method = {"allgather": self.all_gather_into_tensor, "reduce_scatter": self.reduce_scatter_tensor,
                   "allreduce": self.all_reduce, "alltoall": self.all_to_all_single,
                   "alltoallv": self.all_to_all_single, "broadcast": self.broadcast, "reduce": self.reduce,
-                  "gather": self.gather, "scatter": self.scatter}[self.collective]
+                  "gather": self.gather, "scatter": self.scatter, "moe_dispatch": self.moe_dispatch,
+                  "moe_combine": self.moe_combine}[self.collective]
         return method(*args, **kwargs)
 
     # -- checks
@@ -168,9 +184,12 @@ class ScheduledCollective:
                              f"sends {want_in} and receives {want_out} elements at {chunk} per chunk")
 
     def _chunk(self, input, output, group) -> int:
-        """Elements per chunk, from the input (or, for a rank that sends nothing, the output)."""
+        """Elements per chunk, from the input (or, for a rank that sends nothing, the output); a moe
+        token is the routing's token_bytes, whatever rows this rank has (it may only relay)."""
         rank = dist.get_rank(group)
         binding = self.runnable.binding
+        if binding.tokens is not None and self.runnable.fixed_size:
+            return self._token_elements(input, output, rank)
         for tensor, chunks, what in ((input, len(binding.input_chunks(rank)), "input"),
                                      (output, len(binding.output_chunks(rank)), "output")):
             if chunks:
@@ -179,6 +198,21 @@ class ScheduledCollective:
                                      f"program's {chunks} {what} chunks")
                 return tensor.numel() // chunks
         raise ValueError(f"rank {rank} neither sends nor receives anything in {self.runnable.source}")
+
+    def _token_elements(self, input, output, rank: int) -> int:
+        """Elements per token: token_bytes / element size; ValueError unless the tensors are this
+        rank's rows of that many elements."""
+        binding = self.runnable.binding
+        token_bytes = self.runnable.fixed_size // self.runnable.size_chunks
+        if token_bytes % input.element_size():
+            raise ValueError(f"a token of {token_bytes} bytes is not a whole number of {input.dtype} elements")
+        chunk = token_bytes // input.element_size()
+        for tensor, rows, what in ((input, len(binding.input_chunks(rank)), "input"),
+                                   (output, len(binding.output_chunks(rank)), "output")):
+            if tensor.numel() != rows * chunk:
+                raise ValueError(f"rank {rank}'s {what} has {tensor.numel()} elements, not its {rows} rows of "
+                                 f"{chunk} ({token_bytes}-byte tokens)")
+        return chunk
 
     # -- the run
     def _executor(self, group, op: str, device: torch.device) -> tuple[RankExecutor, object]:

@@ -4,7 +4,11 @@ Inputs are integer-valued and small enough that every sum over the ranks is exac
 whatever order the additions happen in, so a correct program matches torch.distributed's own
 collective bit for bit. ``reference`` runs that collective on the same inputs
 (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``all_reduce``, ``all_to_all_single``
-(alltoallv: with its split sizes), ``broadcast``, ``reduce``, ``gather``, ``scatter``).
+(alltoallv: with its split sizes), ``broadcast``, ``reduce``, ``gather``, ``scatter``). A
+mixture-of-experts dispatch or combine has no torch collective; ``moe_reference`` builds its answer
+on each rank from every rank's input (``pattern`` is a function of the rank) with torch indexing and
+``index_add``, and ``moe_torch`` is how torch alone would run it (``all_to_all_single``, what NCCL's
+all_to_all_v does), for timing.
 
 >>> import torch
 >>> x = pattern(1, 6, torch.float32, ranks=8)
@@ -124,3 +128,68 @@ def reference(collective: str, inp: torch.Tensor, out_numel: int, rank: int, ran
 
 def _global(rank: int, group) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
+
+
+def moe_inputs(tokens, chunk: int, dtype: torch.dtype, device: str | torch.device = "cpu") -> torch.Tensor:
+    """Every rank's input (``pattern``), rank after rank, as rows of ``chunk`` elements: dispatch,
+    row t is token t (tokens are numbered rank by rank); combine, each rank's rows are the tokens
+    routed to it, in token order (synth.runtime.moe.MoeTokens)."""
+    n = tokens.ranks
+    parts = [pattern(r, len(tokens.input_tokens(r)) * chunk, dtype, n, device) for r in range(n)]
+    return torch.cat(parts).view(-1, chunk)
+
+
+def moe_reference(tokens, rank: int, chunk: int, dtype: torch.dtype,
+                  device: str | torch.device = "cpu") -> torch.Tensor:
+    """Rank ``rank``'s output, flat. Dispatch: every input concatenated, indexed at the tokens
+    routed to ``rank``. Combine: zeros, to which ``index_add`` adds, for every destination pair
+    (token t of ``rank``, destination d), d's row of t."""
+    every = moe_inputs(tokens, chunk, dtype, device)
+    if tokens.kind == "moe_dispatch":
+        return every[torch.tensor(tokens.received(rank), dtype=torch.int64, device=device)].reshape(-1)
+    first_row, rows = {}, 0
+    for d in range(tokens.ranks):  # where each rank's rows start in ``every``
+        first_row[d] = rows
+        rows += len(tokens.received(d))
+    position = {(t, d): first_row[d] + k for d in range(tokens.ranks) for k, t in enumerate(tokens.received(d))}
+    own = tokens.own(rank)
+    pairs = [(t, d) for t, d in tokens.pairs() if tokens.sources[t] == rank]
+    out = torch.zeros(len(own), chunk, dtype=dtype, device=device)
+    if pairs:
+        local = torch.tensor([t - own[0] for t, _ in pairs], dtype=torch.int64, device=device)
+        picked = every[torch.tensor([position[p] for p in pairs], dtype=torch.int64, device=device)]
+        out.index_add_(0, local, picked)
+    return out.reshape(-1)
+
+
+def moe_torch(tokens, rank: int, chunk: int, data: torch.Tensor, group=None):
+    """A call that runs rank ``rank``'s part of the dispatch or combine with torch alone, one
+    ``all_to_all_single`` (rows gathered per destination before it, summed with ``index_add``
+    after it for combine), and returns the output; its index tensors are built once, here."""
+    n, device = tokens.ranks, data.device
+    own = tokens.own(rank)
+    if tokens.kind == "moe_dispatch":  # send per destination rank, receive per source rank, in token order
+        rows = [k for d in range(n) for k, t in enumerate(own) if d in tokens.destinations[t]]
+        send_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        sends = [sum(d in tokens.destinations[t] for t in own) * chunk for d in range(n)]
+        recvs = [sum(tokens.sources[t] == s for t in tokens.received(rank)) * chunk for s in range(n)]
+        out = torch.empty(sum(recvs), dtype=data.dtype, device=device)
+
+        def dispatch() -> torch.Tensor:
+            send = data.view(-1, chunk).index_select(0, send_rows).reshape(-1)
+            dist.all_to_all_single(out, send, output_split_sizes=recvs, input_split_sizes=sends, group=group)
+            return out
+        return dispatch
+    sends = [sum(tokens.sources[t] == s for t in tokens.received(rank)) * chunk for s in range(n)]
+    back = [[k for k, t in enumerate(own) if d in tokens.destinations[t]] for d in range(n)]
+    recvs = [len(b) * chunk for b in back]
+    index = torch.tensor([k for b in back for k in b], dtype=torch.int64, device=device)
+    landed = torch.empty(sum(recvs), dtype=data.dtype, device=device)
+    out = torch.zeros(len(own), chunk, dtype=data.dtype, device=device)
+
+    def combine() -> torch.Tensor:
+        dist.all_to_all_single(landed, data.reshape(-1), output_split_sizes=recvs, input_split_sizes=sends,
+                               group=group)
+        out.zero_().index_add_(0, index, landed.view(-1, chunk))
+        return out.reshape(-1)
+    return combine

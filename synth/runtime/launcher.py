@@ -19,14 +19,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from multiprocessing.connection import wait
 
 from synth.core.errors import InputError
 from synth.parallel.pool import exit_text
 from synth.runtime.measure import Agreement, RunOptions, SizeReport, run_rank
-from synth.runtime.runnable import Runnable
+from synth.runtime.runnable import Runnable, run_sizes
 
 GRACE = 5.0  # seconds past a timeout before the parent stops a worker that has not answered
 DEATH_GRACE = 2.0  # seconds the others get to report after a worker died or a rank faulted
@@ -79,8 +79,8 @@ def merge(size_reports: list[SizeReport], ranks: int, size_index_label: str = ""
         wrong = next(((r, got[r].wrong) for r in sorted(got) if got[r].wrong), None)
         if wrong:
             rank, (index, expected, value) = wrong
-            fault = f"wrong result: rank {rank} output element {index} (chunk {index // max(1, first.chunk)}): " \
-                    f"expected {_num(expected)}, got {_num(value)}"
+            at = got[rank].wrong_at or f"element {index} (chunk {index // max(1, first.chunk)})"
+            fault = f"wrong result: rank {rank} output {at}: expected {_num(expected)}, got {_num(value)}"
     times = [r.time_us for r in got.values() if r.time_us is not None]
     torch_times = [r.torch_us for r in got.values() if r.torch_us is not None]
     correct = not fault and len(got) == ranks and all(r.correct for r in got.values())
@@ -234,9 +234,11 @@ class World:
             yield rank, kind, payload
 
     def run(self, runnable: Runnable, options: RunOptions) -> RunResult:
-        """Run ``runnable`` at every size of ``options``; the world restarts if a job faulted before."""
+        """Run ``runnable`` at every size of ``options`` (a runnable with a fixed size: at that size,
+        InputError for another; runnable.run_sizes); the world restarts if a job faulted before."""
         if runnable.ranks != self.ranks:
             raise InputError(f"the program has {runnable.ranks} ranks; this world has {self.ranks}")
+        options = replace(options, sizes=run_sizes(runnable, options.sizes))
         if not self.alive or any(c is None for c in self.conns):
             self.start()
         self.jobs += 1
@@ -336,6 +338,7 @@ def run_joined(runnable: Runnable, options: RunOptions) -> tuple[int, RunResult]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if world != runnable.ranks:
         raise InputError(f"{runnable.source}: the program has {runnable.ranks} ranks but WORLD_SIZE is {world}")
+    options = replace(options, sizes=run_sizes(runnable, options.sizes))
     device = torch.device("cpu")
     if options.backend == "nccl":
         local = int(os.environ.get("LOCAL_RANK", rank))

@@ -3,7 +3,8 @@
 For every size: the rank allocates the Program's buffers (poisoned), writes its integer-valued input,
 executes once with chunk-level tracking, and tells every other rank how it went (through the
 process group's store, which outlives a broken connection). Only when every rank finished cleanly do
-they all call torch.distributed's own collective on the same input and compare bit for bit; then
+they all call torch.distributed's own collective on the same input (a moe dispatch or combine: build
+its answer locally, synth.runtime.data.moe_reference) and compare bit for bit; then
 ``warmup`` untimed and ``iters`` timed executions (and, with ``vs_torch``, the same loop of torch's
 collective), each within the timeout. A rank that finds any rank stuck or failed stops: its process group
 cannot be trusted
@@ -25,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from synth.runtime.buffers import allocate, place, take
-from synth.runtime.data import first_difference, pattern, reference
+from synth.runtime.data import first_difference, moe_reference, moe_torch, pattern, reference
 from synth.runtime.executor import RankExecutor
 from synth.runtime.runnable import Runnable
 from synth.runtime.transport import Transport
@@ -48,7 +49,8 @@ class RunOptions:
 @dataclass(frozen=True)
 class SizeReport:
     """One rank's figures for one size. ``wrong``: (index, expected, got) of its first wrong output
-    element; ``stuck``/``failed``/``problems`` as in executor.Outcome; times in microseconds."""
+    element, ``wrong_at``: where that is in tokens (moe: row, token, element; empty otherwise);
+    ``stuck``/``failed``/``problems`` as in executor.Outcome; times in microseconds."""
 
     rank: int
     size: int
@@ -56,6 +58,7 @@ class SizeReport:
     chunk: int
     correct: bool | None = None
     wrong: tuple | None = None
+    wrong_at: str = ""
     problems: tuple[str, ...] = ()
     stuck: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
@@ -75,12 +78,15 @@ def chunk_elements(size: int, size_chunks: int, element: int) -> int:
 
 def bytes_needed(runnable: Runnable, size: int, element: int) -> int:
     """About how much memory one size takes on all ranks together: every rank's buffers, its input
-    and torch's answer, and as much again for messages in flight."""
+    and torch's answer (a moe answer: built from every rank's input), and as much again for messages
+    in flight."""
     chunk = chunk_elements(size, runnable.size_chunks, element)
+    binding = runnable.binding
+    every = sum(len(binding.input_chunks(r)) for r in range(runnable.ranks)) if binding.tokens is not None else 0
     total = 0
     for rank in range(runnable.ranks):
-        chunks = sum(runnable.layout(rank).sizes.values()) + len(runnable.binding.input_chunks(rank)) \
-            + len(runnable.binding.output_chunks(rank))
+        chunks = sum(runnable.layout(rank).sizes.values()) + len(binding.input_chunks(rank)) \
+            + len(binding.output_chunks(rank)) + every
         total += 2 * chunks * chunk * element
     return total
 
@@ -159,13 +165,13 @@ def _one_size(runnable, rank, options, agreement, executor, layout, dtype, eleme
         return _with(base, problems=outcome.problems, stuck=stuck, failed=failed, silent=tuple(silent))
     ours = take(buffers, layout, outputs, chunk)
     try:
-        want = reference(runnable.collective, data, len(outputs) * chunk, rank, runnable.ranks, runnable.root,
-                         binding.splits, chunk, group)
+        want = _answer(runnable, data, len(outputs) * chunk, rank, chunk, group)
     except Exception as exc:  # noqa: BLE001 - torch refusing (a dtype gloo lacks): one line, not a traceback
         return _with(base, problems=outcome.problems + (f"torch's own collective failed: {exc}",), failed=(str(exc),))
     wrong = None if want is None else first_difference(ours, want)
     correct = wrong is None and not outcome.problems
-    report = _with(base, correct=correct, wrong=wrong, problems=outcome.problems)
+    wrong_at = binding.tokens.where(rank, wrong[0], chunk) if wrong and binding.tokens is not None else ""
+    report = _with(base, correct=correct, wrong=wrong, wrong_at=wrong_at, problems=outcome.problems)
     if options.iters <= 0:
         return report
     timed = _time(lambda: executor.run(buffers, chunk, time.monotonic() + options.timeout, track=False), options,
@@ -174,9 +180,29 @@ def _one_size(runnable, rank, options, agreement, executor, layout, dtype, eleme
         return _with(report, failed=(f"rank {rank}: a timed run did not finish cleanly: {timed}",))
     torch_us = None
     if options.vs_torch:
-        torch_us = _time(lambda: reference(runnable.collective, data, len(outputs) * chunk, rank, runnable.ranks,
-                                           runnable.root, binding.splits, chunk, group), options, group, beat)
+        torch_us = _time(_torch_call(runnable, data, len(outputs) * chunk, rank, chunk, group), options, group, beat)
     return _with(report, time_us=timed, torch_us=torch_us if not isinstance(torch_us, str) else None)
+
+
+def _answer(runnable: Runnable, data: torch.Tensor, out_numel: int, rank: int, chunk: int, group):
+    """What this rank's output must be: torch.distributed's own collective on the same inputs, or,
+    for a moe dispatch or combine, the answer built from every rank's input (moe_reference)."""
+    binding = runnable.binding
+    if binding.tokens is not None:
+        return moe_reference(binding.tokens, rank, chunk, data.dtype, data.device)
+    return reference(runnable.collective, data, out_numel, rank, runnable.ranks, runnable.root, binding.splits,
+                     chunk, group)
+
+
+def _torch_call(runnable: Runnable, data: torch.Tensor, out_numel: int, rank: int, chunk: int,
+                group) -> Callable:
+    """One call of what torch runs instead (``--vs-torch``): its collective, or for a moe dispatch or
+    combine its ``all_to_all_single`` (moe_torch)."""
+    binding = runnable.binding
+    if binding.tokens is not None:
+        return moe_torch(binding.tokens, rank, chunk, data, group)
+    return lambda: reference(runnable.collective, data, out_numel, rank, runnable.ranks, runnable.root,
+                             binding.splits, chunk, group)
 
 
 def _time(call: Callable, options: RunOptions, group, beat: Callable[[], None]) -> float | str:

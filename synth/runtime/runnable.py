@@ -7,7 +7,8 @@ nccl-tests size S, and how the caller's packed input/output tensors map onto the
 (``Binding``). ``load_runnable`` reads any of the three files people hand us:
 
 - a ``synth.schedule`` (verified on load, then lowered with synth.lower; an alltoallv schedule is
-  lowered with the custom buffer layout: chunk c at offset c of the input and the output);
+  lowered with the custom buffer layout: chunk c at offset c of the input and the output; a
+  moe_dispatch / moe_combine schedule with a rank's tokens packed in its buffers, synth.runtime.moe);
 - a ``synth.program`` JSON file (synth.program.document);
 - an MSCCL XML file, ours or anyone's (synth.msccl.xml_reader, read as the runtimes read it);
 - an MSCCL++ execution plan, checked against the executor's rules and replayed, then run in an
@@ -23,15 +24,19 @@ nccl-tests size S, and how the caller's packed input/output tensors map onto the
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule
 from synth.program.buffers import Layout
 from synth.program.ir import Program
+from synth.runtime.moe import MOE, MoeTokens, lower_moe
 
 RUNNABLE = ("allgather", "reduce_scatter", "allreduce", "alltoall", "alltoallv", "broadcast", "reduce",
-            "gather", "scatter")
+            "gather", "scatter", "moe_dispatch", "moe_combine")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
+SCHEDULE_ONLY = ("alltoallv", "moe_dispatch", "moe_combine")  # what they mean comes from the schedule's collective
+DEFAULT_SIZES = (1024, 1 << 20)
 
 
 @dataclass(frozen=True)
@@ -39,12 +44,14 @@ class Binding:
     """Where the caller's packed tensors live in the Program's buffers, per rank: the chunk offsets
     of the input view (``i``) that make up the caller's input, in order, and those of the output view
     (``o``) that make up its output. ``None`` = the whole view in order (zero-copy).
-    ``splits``: for alltoallv, ``splits[s][d]`` chunks go from s to d."""
+    ``splits``: for alltoallv, ``splits[s][d]`` chunks go from s to d. ``tokens``: for moe_dispatch and
+    moe_combine, which token each row of every rank's input and output is (synth.runtime.moe)."""
 
     inputs: tuple[tuple[int, ...], ...] | None = None
     outputs: tuple[tuple[int, ...], ...] | None = None
     view_sizes: tuple[tuple[int, int], ...] = ()  # per rank: (input view chunks, output view chunks)
     splits: tuple[tuple[int, ...], ...] | None = None
+    tokens: MoeTokens | None = None
 
     def input_chunks(self, rank: int) -> tuple[int, ...]:
         return self.inputs[rank] if self.inputs is not None else tuple(range(self.view_sizes[rank][0]))
@@ -60,7 +67,8 @@ class Binding:
 @dataclass(frozen=True)
 class Runnable:
     """A Program and what it computes. ``size_chunks``: chunks in the nccl-tests size S (one chunk is
-    S / size_chunks bytes); ``inplace``: which of the Program's variants runs; ``source``: the file."""
+    S / size_chunks bytes); ``inplace``: which of the Program's variants runs; ``source``: the file;
+    ``fixed_size``: the only S it runs at (a moe schedule: its routing fixes the token size), or None."""
 
     program: Program
     collective: str
@@ -71,6 +79,7 @@ class Runnable:
     binding: Binding
     source: str
     kind: str  # "schedule", "program" or "msccl-xml"
+    fixed_size: int | None = None
 
     def layout(self, rank: int) -> Layout:
         """The real buffers of ``rank`` (sizes, in-place aliasing) as the replay lays them out."""
@@ -78,6 +87,12 @@ class Runnable:
 
     def describe(self) -> str:
         p = self.program
+        if self.binding.tokens is not None:
+            t = self.binding.tokens
+            return (f"{self.collective} on {self.ranks} ranks: {len(t.sources)} tokens of "
+                    f"{self.fixed_size // self.size_chunks if self.fixed_size else '?'} bytes, {len(t.pairs())} "
+                    f"destinations in all; {p.channels} channel(s), up to {p.threadblocks_per_rank} thread blocks "
+                    "per rank")
         root = f", root {self.root}" if self.root is not None else ""
         mode = "in place" if self.inplace else "out of place"
         return (f"{self.collective}{root} on {self.ranks} ranks, {mode}; {p.chunks_per_loop} chunks per loop, "
@@ -156,6 +171,8 @@ def runnable_from_schedule(schedule: Schedule, source: str, inplace: bool | None
         program = lower(replace(schedule, collective=replace(coll, name="custom")), LoweringOptions(inplace=False))
         program = replace(program, collective="alltoallv")
         return _alltoallv_runnable(program, schedule, source)
+    if coll.name in MOE:
+        return _moe_runnable(schedule, source, want_inplace, root)
     program = lower(schedule, LoweringOptions(inplace=want_inplace))
     rooted_at = coll.root if coll.root is not None else (min(coll.pre[0]) if coll.name in ("broadcast", "scatter")
                                                           else min(coll.post[0]) if coll.name in ROOTED else None)
@@ -168,9 +185,10 @@ def runnable_from_program(program: Program, source: str, kind: str, inplace: boo
     out of place when the Program has it (unless ``inplace``); a rooted collective's root is
     ``root`` or found from which rank's buffers the Program reads or writes."""
     name = program.collective
-    if name not in RUNNABLE or name == "alltoallv":
+    if name not in RUNNABLE or name in SCHEDULE_ONLY:
         raise InputError(f"{source}: collective {name!r} has no torch.distributed collective to compare with "
-                         f"(runnable: {', '.join(c for c in RUNNABLE if c != 'alltoallv')})")
+                         f"(runnable: {', '.join(c for c in RUNNABLE if c not in SCHEDULE_ONLY)}; "
+                         f"{', '.join(SCHEDULE_ONLY)} from a synth.schedule file)")
     if program.ranks < 1 or len(program.gpus) != program.ranks:
         raise InputError(f"{source}: the program declares {program.ranks} ranks but describes {len(program.gpus)}")
     if program.chunks_per_loop < 1:
@@ -223,6 +241,39 @@ def _alltoallv_runnable(program: Program, schedule: Schedule, source: str) -> Ru
     binding = Binding(tuple(tuple(x) for x in ins), tuple(tuple(c for _, c in sorted(x)) for x in outs),
                       tuple((coll.chunks, coll.chunks) for _ in range(n)), tuple(tuple(row) for row in splits))
     return Runnable(program, "alltoallv", n, None, False, coll.buffer_chunks, binding, str(source), "schedule")
+
+
+def _moe_runnable(schedule: Schedule, source: str, inplace: bool, root: int | None) -> Runnable:
+    """A moe_dispatch / moe_combine schedule, its buffers as the caller packs them (synth.runtime.moe):
+    out of place, unrooted, at the size its routing fixes."""
+    coll = schedule.collective
+    if inplace:
+        raise InputError(f"{source}: {coll.name} runs out of place only (its input and output rows differ)")
+    if root is not None:
+        raise InputError(f"--root applies to rooted collectives ({', '.join(ROOTED)}), not {coll.name}")
+    tokens = MoeTokens.of(coll, source)
+    program = lower_moe(schedule, tokens)
+    n = coll.ranks
+    views = tuple((len(tokens.input_tokens(r)), len(tokens.output_tokens(r))) for r in range(n))
+    return Runnable(program, coll.name, n, None, False, coll.buffer_chunks, Binding(view_sizes=views, tokens=tokens),
+                    str(source), "schedule", coll.size_bytes)
+
+
+def run_sizes(runnable: Runnable, asked: Sequence[int] | None) -> tuple[int, ...]:
+    """The sizes (bytes) to run ``runnable`` at: those ``asked`` (none: 1K and 1M). A runnable with a
+    fixed size (a moe schedule) runs at that size: when none is asked, or exactly it; any other is
+    refused (InputError, one line naming the size to give)."""
+    fixed = runnable.fixed_size
+    if fixed is None:
+        return tuple(asked) if asked else DEFAULT_SIZES
+    if not asked:
+        return (fixed,)
+    other = next((s for s in asked if s != fixed), None)
+    if other is not None:
+        raise InputError(f"{runnable.source}: a {runnable.collective} run has the size its routing fixes, {fixed} "
+                         f"bytes (up to {runnable.size_chunks} tokens of {fixed // runnable.size_chunks} bytes a "
+                         f"rank), not {other}; give --size {fixed}")
+    return tuple(dict.fromkeys(asked))
 
 
 def _root_of(program: Program, inplace: bool) -> int | None:

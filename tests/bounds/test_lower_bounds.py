@@ -261,6 +261,8 @@ BASELINE_TOPOLOGIES = {"dgx1": dgx1, "uring4": uring4, "star": lambda: star(leaf
 NOT_APPLICABLE = {
     **{(t, "direct", "alltoallv"): "traffic matrix" for t in BASELINE_TOPOLOGIES},  # needs alltoallv:FILE
     **{(t, "nccl", "alltoallv"): "none of direct applies" for t in BASELINE_TOPOLOGIES},
+    **{(t, b, c): "routing file" for t in BASELINE_TOPOLOGIES  # needs moe_dispatch:FILE (tests/moe runs them)
+       for b in ("direct", "deepep") for c in ("moe_dispatch", "moe_combine")},
     **{(t, "hierarchical", c): "two or more machines"
        for t in BASELINE_TOPOLOGIES for c in ("allgather", "allreduce", "reduce_scatter")},
     **{(t, "nccl_pat", c): "one GPU per machine" for t in BASELINE_TOPOLOGIES for c in ("allgather", "reduce_scatter")},

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from synth.core.routing import Routing
 from synth.core.topology import Group, Link, Topology
-from synth.moe.routing import Routing
 
 
 def cluster(machines: int, per: int) -> Topology:

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from synth.bounds.lower_bounds import lower_bounds
 from synth.bounds.solver import MilpOptions
 from synth.core.library import resolve_topology
+from synth.core.routing import routing_of_spec
 from synth.core.schedule import Schedule, Step
 from synth.cost import step_time_us
 from synth.moe.costing import LinkTable
 from synth.moe.generate import make_routing
 from synth.moe.plan import Hops, Traffic, reversed_hops, step_arrays, to_schedule
 from synth.moe.planner import level, plan_carriers
-from synth.moe.routing import routing_of_spec
 from synth.moe.synthesize import METHODS, moe_schedule, plan_hops
 from synth.verify import arrays_valid, verify
 from tests.moe.clusters import cluster, write_routing

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth.core.errors import InputError
-from synth.moe.routing import Routing, load_routing, routing_from_doc
+from synth.core.routing import Routing, load_routing, routing_from_doc
 from tests.cli_run import run
 
 
@@ -125,3 +125,18 @@ def test_synth_report_writes_a_routing_report(tmp_path, capsys):
     assert len(list((out / "schedules").glob("*.schedule.json.gz"))) == 4
     code, _, err = run(capsys, "report", "h100x2", f"moe_combine:{path}", "--sizes", "1M", "-o", str(tmp_path / "x"))
     assert code == 2 and "fixes its size" in err and not (tmp_path / "x").exists()
+
+
+def test_export_writes_a_program_and_refuses_msccl_formats(tmp_path, capsys):
+    from synth.moe.generate import make_routing
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(make_routing(16, 32, 4, 6, 65536, "uniform", seed=3).to_doc()))
+    schedule = tmp_path / "s.json"
+    assert run(capsys, "baseline", "h100x2", f"moe_combine:{path}", "--algo", "deepep", "-o", str(schedule))[0] == 0
+    code, _, err = run(capsys, "export", str(schedule), "--format", "program-json", "-o", str(tmp_path / "p.json"))
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert code == 0 and doc["collective"] == "moe_combine" and len(doc["gpus"]) == 16
+    for fmt in ("msccl-xml", "mscclpp-json"):
+        code, _, err = run(capsys, "export", str(schedule), "--format", fmt, "-o", str(tmp_path / "x"))
+        assert code == 2 and "no moe_combine collective" in err and not (tmp_path / "x").exists()

@@ -1,5 +1,6 @@
 """One rank of the API test (tests/runtime/test_api.py runs it under torchrun): every method of a
-loaded ScheduledCollective against torch.distributed's own collective on the same tensors."""
+loaded ScheduledCollective against torch.distributed's own collective on the same tensors (moe
+dispatch and combine: against the reference built from every rank's input)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import synth.runtime
-from synth.runtime.data import pattern
+from synth.runtime.data import moe_reference, pattern
 
 
 def check(name, ours, theirs) -> None:
@@ -100,6 +101,25 @@ def main(folder: Path) -> None:
     sc.scatter(ours, parts, src=0)
     dist.scatter(theirs, parts, src=0)
     check("scatter", ours, theirs)
+
+    md = load("moe_dispatch.json")  # 64-byte tokens: rows of 16 float32
+    tokens = md.runnable.binding.tokens
+    rows = pattern(rank, len(tokens.own(rank)) * 16, torch.float32, n).view(-1, 16)
+    ours = torch.empty(len(tokens.received(rank)), 16)
+    md.moe_dispatch(ours, rows)
+    check("moe_dispatch", ours.reshape(-1), moe_reference(tokens, rank, 16, torch.float32))
+
+    mc = load("moe_combine.json", "ordered")
+    tokens = mc.runnable.binding.tokens
+    rows = pattern(rank, len(tokens.received(rank)) * 16, torch.float32, n).view(-1, 16)
+    ours = torch.empty(len(tokens.own(rank)), 16)
+    mc(ours, rows)
+    check("moe_combine", ours.reshape(-1), moe_reference(tokens, rank, 16, torch.float32))
+    try:
+        mc.moe_combine(torch.empty(len(tokens.own(rank)), 8), rows)
+        raise SystemExit("rows of the wrong width did not raise")
+    except ValueError:
+        pass
 
     pair = dist.new_group([1, 3])  # a subgroup: program ranks 0, 1 are global ranks 1, 3
     if rank in (1, 3):

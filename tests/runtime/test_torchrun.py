@@ -14,8 +14,9 @@ import pytest
 pytest.importorskip("torch")
 
 from synth.baselines import build_baseline
-from synth.core.io import save_schedule
+from synth.core.io import save_schedule, write_json_atomic
 from synth.core.library import resolve_topology
+from synth.moe.generate import make_routing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,6 +41,11 @@ def _schedules(folder: Path) -> None:
         save_schedule(folder / f"{name}.json", build_baseline(full4, algo, coll, root, None))
     save_schedule(folder / "allreduce2.json",
                   build_baseline(resolve_topology("full:2"), "ring", "allreduce", None, None))
+    routing = make_routing(4, 8, 2, 3, 64, "uniform", seed=0, imbalance=2.0)  # 64-byte tokens, rank 0 has 6
+    write_json_atomic(folder / "routing.json", routing.to_doc())
+    for kind in ("moe_dispatch", "moe_combine"):
+        save_schedule(folder / f"{kind}.json", build_baseline(full4, "direct", f"{kind}:{folder / 'routing.json'}",
+                                                              None, None))
 
 
 def test_the_api_matches_torch_for_every_collective(tmp_path):
