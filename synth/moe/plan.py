@@ -5,10 +5,10 @@ Every dispatch plan here has the same shape. For token t of rank s on machine a:
 - for each other machine b holding destinations, one *crossing* carries it: a sender h on a
   (s itself, or a rank s first *relays* it to) sends it to a receiver l on b, and l *forwards*
   it to the other destinations on b.
-A ``Carriers`` says who sends and who receives each crossing; ``dispatch_hops`` turns it into
-steps (``DispatchPlan``). Pipelining: the crossings are spread over K steps, every link's crossings round-robin
-over the steps (from a per-link offset), so every NIC and every link carries about 1/K of its
-load in each step; a crossing in step c has its relay in step c - 1 (crossings straight from s
+A ``Carriers`` says who sends and who receives each crossing; ``DispatchPlan`` turns it into
+steps. Pipelining: the crossings are spread over K steps, every link's
+crossings in equal runs (``_Spread``), so every NIC and every link carries about 1/K of its load
+in each step; a crossing in step c has its relay in step c - 1 (crossings straight from s
 take the earliest steps) and its forwards in c + 1; local deliveries share steps 0..K-1 the same
 way. K is the one whose plan is fastest in the step model (``synth.moe.planner.best_depth``). Every rank receives a
 token at most once, so the plan is a tree per token, and ``reversed_hops`` runs it backwards as
@@ -137,7 +137,7 @@ class DispatchPlan:
         return self.crossings.links
 
     def hops(self, depth: int, step_counts: np.ndarray | None = None, prologue: bool = False) -> Hops:
-        """The plan with its crossings spread over ``depth`` steps: round-robin on every link, or
+        """The plan with its crossings spread over ``depth`` steps: in even runs on every link, or
         ``step_counts[step, link]`` crossings per step on each link of ``crossing_links``. A relayed
         crossing needs a step before it: without ``prologue`` one in step 0 moves to step 1; with
         it every crossing is one step later and step 0 holds the first relays."""

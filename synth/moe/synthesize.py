@@ -2,12 +2,12 @@
 
 ``moe_schedule(topology, spec, method)`` with ``spec`` = ``moe_dispatch:FILE`` or
 ``moe_combine:FILE`` and ``method``:
-- ``planner``: levelled carriers (``synth.moe.planner``), round-robin pipelining;
+- ``planner``: levelled carriers (``synth.moe.planner``), even-runs pipelining;
 - ``router``: MILP carriers (``synth.moe.router``), equitable pipelining (``synth.moe.equitable``);
   both fall back to the one-shot plan (``direct``'s) where it is faster in the step model;
 - ``deepep``: DeepEP's scheme: every token crosses to each destination machine once, from its own
   rank to the rank with the same local index there, which forwards it over the machine's links;
-  pipelined round-robin, as DeepEP streams;
+  pipelined in even runs, as DeepEP streams;
 - ``direct``: what NCCL's all_to_all_v does: one copy per destination rank, straight, one step.
 Combine runs the dispatch plan backwards (partial sums at every forwarding and relaying rank;
 direct: every output straight to the source). The depth of a pipelined plan is the one the step
