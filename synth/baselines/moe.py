@@ -25,7 +25,7 @@ MOE_COLLECTIVES = frozenset({"moe_dispatch", "moe_combine"})
 
 def moe_baseline(topology: Topology, method: str, collective_name: str, chunks: int | None) -> Schedule:
     """The verified ``method`` (direct, deepep) schedule for ``moe_dispatch:FILE`` / ``moe_combine:FILE``."""
-    from synth.moe.synthesize import moe_schedule
+    from synth.moe.synthesize import missing_links, moe_schedule
 
     kind, _, path = collective_name.partition(":")
     if kind not in MOE_COLLECTIVES:
@@ -34,13 +34,10 @@ def moe_baseline(topology: Topology, method: str, collective_name: str, chunks: 
         raise BaselineNotApplicable(f"{kind} needs a routing file: {kind}:FILE (a synth.routing JSON file)")
     if chunks not in (None, 1):
         raise InputError(f"{kind} has one chunk per token; drop chunks")
-    try:
-        result = moe_schedule(topology, collective_name, method)
-    except InputError as exc:
-        if "need a link between every two ranks" in str(exc):
-            raise BaselineNotApplicable(str(exc)) from None
-        raise
-    return checked(result.schedule, f"the {method} baseline")
+    if missing_links(topology):
+        raise BaselineNotApplicable(f"{method} needs a link between every two ranks; {topology.name} lacks "
+                                    f"{missing_links(topology)}")
+    return checked(moe_schedule(topology, collective_name, method).schedule, f"the {method} baseline")
 
 
 def deepep(topology: Topology, collective_name: str, root: int | None, chunks: int | None) -> Schedule:

@@ -66,8 +66,6 @@ def cmd_bounds(args) -> int:
 
     topo = topology_of(args.topology)
     coll = collective_of(args.collective, topo.ranks, args.root, args.chunks)
-    if coll.size_bytes is None:  # a routing's collectives are checked by its own bounds, over arrays
-        coll.check_on(topo)
     size = parse_size(args.size or str(coll.size_bytes or "1G"))
     terms = terms_of(args)
     if terms is None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from synth.bounds.cuts import network_of
+from synth.bounds.flow import cut_rate
 from synth.core.errors import InputError
 from synth.core.topology import Topology
 from synth.moe.plan import Hops
@@ -33,22 +35,17 @@ class LinkTable:
 
     @classmethod
     def of(cls, topology: Topology) -> "LinkTable":
+        """From the bounds' ``Network`` of the topology (links, groups, capacities), plus alphas."""
+        net = network_of(topology)
         n = topology.ranks
         link_id = np.full(n * n, -1, dtype=np.int64)
-        for i, link in enumerate(topology.links):
-            link_id[link.src * n + link.dst] = i
-        member = np.zeros((len(topology.links), len(topology.groups)))
-        for g, group in enumerate(topology.groups):
-            for a, b in group.links:
-                if 0 <= a < n and 0 <= b < n and link_id[a * n + b] >= 0:
-                    member[link_id[a * n + b], g] = 1.0
-        capacity = [topology.link_capacity(link) for link in topology.links]
-        group_capacity = [topology.group_capacity(group) for group in topology.groups]
-        return cls(n, link_id, np.array([link.alpha for link in topology.links]),
-                   np.array([link.bandwidth for link in topology.links]),
-                   np.array([np.nan if c is None else c for c in capacity], dtype=float), member,
-                   np.array([group.bandwidth for group in topology.groups]),
-                   np.array([np.nan if c is None else c for c in group_capacity], dtype=float))
+        link_id[net.src * n + net.dst] = np.arange(net.links)
+        member = np.zeros((net.links, len(net.group_bandwidth)))
+        member[net.group_idx, np.repeat(np.arange(len(net.group_bandwidth)), np.diff(net.group_ptr))] = 1.0
+        unknown = np.full(net.links, np.nan), np.full(len(net.group_bandwidth), np.nan)
+        return cls(n, link_id, np.array([link.alpha for link in topology.links]), net.bandwidth,
+                   unknown[0] if net.capacity is None else net.capacity, member, net.group_bandwidth,
+                   unknown[1] if net.group_capacity is None else net.group_capacity)
 
     def links_of(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Link index of every (src, dst); InputError naming the first pair with no link."""
@@ -88,16 +85,13 @@ class LinkTable:
 
 def port_bandwidth(topology: Topology, across: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per rank, GB/s it can send and receive over its links to other machines (``across``) or
-    to its own machine's ranks: the links' sum, capped by the narrowest group they pass (a NIC,
-    an NVSwitch port)."""
-    machine_of = topology.machine_of
+    to its own machine's ranks: the most rate those links carry under the groups they pass (NICs,
+    NVSwitch ports), by the cut code's ``cut_rate``."""
+    net = network_of(topology)
+    machine_of = np.asarray(topology.machine_of, dtype=np.int64)
+    mine = (machine_of[net.src] != machine_of[net.dst]) == across
     out_bw, in_bw = np.zeros(topology.ranks), np.zeros(topology.ranks)
-    out_cap, in_cap = np.full(topology.ranks, np.inf), np.full(topology.ranks, np.inf)
-    for link in topology.links:
-        if (machine_of[link.src] != machine_of[link.dst]) == across:
-            out_bw[link.src] += link.bandwidth
-            in_bw[link.dst] += link.bandwidth
-            for group in topology.groups_of_link.get(link.key, ()):
-                out_cap[link.src] = min(out_cap[link.src], group.bandwidth)
-                in_cap[link.dst] = min(in_cap[link.dst], group.bandwidth)
-    return np.minimum(out_bw, out_cap), np.minimum(in_bw, in_cap)
+    for rank in range(topology.ranks):
+        out_bw[rank] = cut_rate(net, mine & (net.src == rank), net.bandwidth, net.group_bandwidth)[0]
+        in_bw[rank] = cut_rate(net, mine & (net.dst == rank), net.bandwidth, net.group_bandwidth)[0]
+    return out_bw, in_bw

@@ -98,8 +98,10 @@ class Hops:
     steps: int
     reduce: bool = False
 
-    def sends(self) -> int:
-        return len(self.chunk)
+    def by_step(self, order: np.ndarray) -> list[np.ndarray]:
+        """``order`` (an ordering of the sends, by step first) cut into one index array per step."""
+        bounds = np.searchsorted(self.step[order], np.arange(self.steps + 1))
+        return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class DispatchPlan:
@@ -203,26 +205,19 @@ def to_schedule(hops: Hops, topology: Topology, collective: Collective, meta: di
                 rounds: list[int] | None = None) -> Schedule:
     """The plan as a synth.schedule, sends sorted within each step, with ``rounds`` per step
     (None: no k-synchronous budget)."""
-    order = np.lexsort((hops.dst, hops.src, hops.chunk, hops.step))
     op = "reduce" if hops.reduce else "copy"
-    chunks, srcs, dsts = (hops.chunk[order].tolist(), hops.src[order].tolist(), hops.dst[order].tolist())
-    sends = list(map(Send, chunks, srcs, dsts, [op] * len(chunks)))
-    bounds = np.searchsorted(hops.step[order], np.arange(hops.steps + 1)).tolist()
     budgets = rounds or [None] * hops.steps
-    steps = tuple(Step(tuple(sends[a:b]), r) for a, b, r in zip(bounds[:-1], bounds[1:], budgets))
-    return Schedule(topology, collective, steps, meta)
+    steps = []
+    for at, budget in zip(hops.by_step(np.lexsort((hops.dst, hops.src, hops.chunk, hops.step))), budgets):
+        chunks, srcs, dsts = hops.chunk[at].tolist(), hops.src[at].tolist(), hops.dst[at].tolist()
+        steps.append(Step(tuple(map(Send, chunks, srcs, dsts, [op] * len(chunks))), budget))
+    return Schedule(topology, collective, tuple(steps), meta)
 
 
 def step_arrays(hops: Hops, rounds: list[int] | None = None) -> list:
     """The plan as the verifier's ``StepArrays`` (``synth.verify.arrays_valid``), step by step."""
     from synth.verify import StepArrays
 
-    order = np.argsort(hops.step, kind="stable")
-    bounds = np.searchsorted(hops.step[order], np.arange(hops.steps + 1))
     budgets = rounds or [None] * hops.steps
-    out = []
-    for index in range(hops.steps):
-        at = order[bounds[index]:bounds[index + 1]]
-        reduce = np.full(len(at), hops.reduce)
-        out.append(StepArrays(hops.chunk[at], hops.src[at], hops.dst[at], reduce, budgets[index]))
-    return out
+    return [StepArrays(hops.chunk[at], hops.src[at], hops.dst[at], np.full(len(at), hops.reduce), budget)
+            for at, budget in zip(hops.by_step(np.argsort(hops.step, kind="stable")), budgets)]

@@ -45,9 +45,9 @@ def _machine_figures(routing: Routing, token: np.ndarray, rank: np.ndarray, mach
         machine_of[list(members)] = index
     source_machine = machine_of[routing.token_source[token]]
     remote = machine_of[rank] != source_machine
-    crossings = len(np.unique(token[remote] * len(machines) + machine_of[rank[remote]]))
-    entering = np.bincount(np.unique(token[remote] * len(machines) + machine_of[rank[remote]]) % len(machines),
-                           minlength=len(machines))
+    crossing = np.unique(token[remote] * len(machines) + machine_of[rank[remote]])  # (token, machine) keys
+    crossings = len(crossing)
+    entering = np.bincount(crossing % len(machines), minlength=len(machines))
     return {
         "machines": len(machines),
         "remote_machines_per_token": crossings / routing.tokens,

@@ -130,12 +130,16 @@ def _equitable_best(plan: DispatchPlan, table: LinkTable, chunk_bytes: float) ->
     return best[0], best[1]
 
 
+def missing_links(topology: Topology) -> int:
+    """How many ordered rank pairs have no link: the plans here send over direct links only
+    (relays and forwards inside a machine, crossings between machines), so they need none missing,
+    as on NVSwitch machines joined by a switched network."""
+    return topology.ranks * (topology.ranks - 1) - len(topology.links)
+
+
 def require_links(topology: Topology) -> None:
-    """InputError unless every rank has a link to every other rank (inside its machine for relays
-    and forwards, across machines for crossings), as on NVSwitch machines joined by a switched
-    network; the plans here send over those links only."""
-    missing = topology.ranks * (topology.ranks - 1) - len(topology.links)
+    """InputError unless every rank has a link to every other rank (``missing_links``)."""
+    missing = missing_links(topology)
     if missing > 0:
         raise InputError(f"the MoE plans need a link between every two ranks; {topology.name} lacks {missing} "
                          f"(use a machine with NVSwitch and a switched network, e.g. h100x4)")
-

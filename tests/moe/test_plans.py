@@ -19,7 +19,7 @@ from synth.core.schedule import Schedule, Step
 from synth.cost import step_time_us
 from synth.moe.costing import LinkTable
 from synth.moe.generate import make_routing
-from synth.moe.plan import Hops, Traffic, reversed_hops, step_arrays, to_schedule
+from synth.moe.plan import DispatchPlan, Hops, Traffic, reversed_hops, step_arrays, to_schedule
 from synth.moe.planner import level, plan_carriers
 from synth.moe.synthesize import METHODS, moe_schedule, plan_hops
 from synth.verify import arrays_valid, verify
@@ -91,10 +91,16 @@ def test_link_table_counts_what_the_cost_module_counts():
     routing = make_routing(4, 8, 3, 5, 100, "uniform", seed=2)
     traffic = Traffic.of(routing, topo)
     carriers = plan_carriers(traffic)
-    assert (np.asarray(topo.machine_of)[carriers.sender] == np.asarray(topo.machine_of)[traffic.source]).all()
-    assert (np.asarray(topo.machine_of)[carriers.receiver] == traffic.machine).all()
+    machine_of = np.asarray(topo.machine_of)
+    assert (machine_of[carriers.sender] == machine_of[traffic.source]).all()
+    assert (machine_of[carriers.receiver] == traffic.machine).all()
     table = LinkTable.of(topo)
-    assert table.rounds is not None
+    hops = DispatchPlan(traffic, carriers).hops(2)
+    schedule = to_schedule(hops, topo, routing.collective("moe_dispatch"), {}, table.rounds(hops))
+    assert verify(schedule) == []  # the rounds the table counts are enough, link by link and group by group
+    for size in (1, 1 << 20):
+        assert table.time_us(hops, size) == pytest.approx(step_time_us(schedule, size * routing.tokens_per_rank.max()),
+                                                          rel=1e-12)
 
 
 @settings(max_examples=60, deadline=None)
