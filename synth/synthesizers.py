@@ -69,8 +69,9 @@ class Problem:
 class Options:
     """How to solve: ``time_limit`` seconds per solver call (None: none); smt: ``direct`` (allreduce
     by the direct encoding, reduction in flight, instead of the reduce_scatter + allgather
-    composition); milp: ``solver`` (highs, cbc), ``gap``, ``threads`` and ``sketch`` (a synth.milp
-    Sketch; None: derived); ``progress``: where progress lines go."""
+    composition) and ``smt`` (its SmtOptions, the SAT engine among them; None: the defaults);
+    milp: ``solver`` (highs, cbc), ``gap``, ``threads`` and ``sketch`` (a synth.milp Sketch; None:
+    derived); ``progress``: where progress lines go."""
 
     time_limit: float | None = 120.0
     direct: bool = False
@@ -79,6 +80,7 @@ class Options:
     threads: int | None = None
     sketch: Any = None
     progress: Progress | None = None
+    smt: Any = None
 
     def say(self, line: str) -> None:
         if self.progress is not None:
@@ -128,8 +130,11 @@ class Smt:
         from synth.smt.strategies import solve_instance
 
         rounds = problem.steps if problem.rounds is None else problem.rounds
+        from synth.smt.encoding import SmtOptions
+
         return solve_instance(problem.topology, problem.collective, problem.root, problem.steps, rounds,
-                              problem.chunks or 1, options.time_limit, options.progress or _quiet, options.direct)
+                              problem.chunks or 1, options.time_limit, options.progress or _quiet, options.direct,
+                              options.smt or SmtOptions())
 
 
 class _Planner:

@@ -65,7 +65,8 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
-SOLVER_HOMES = [("z3", ("smt",)), ("pulp", ("milp", "bounds")), ("highspy", ("milp", "bounds"))]  # DESIGN principle 3
+SOLVER_HOMES = [("z3", ("sat",)), ("pysat", ("sat",)), ("dratify", ("sat",)), ("pulp", ("milp", "bounds")),
+                ("highspy", ("milp", "bounds"))]  # DESIGN principle 3: a solver stays in its package
 
 
 @pytest.mark.parametrize("solver, home", SOLVER_HOMES)

@@ -49,6 +49,22 @@ def add_problem(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=float, default=120.0, help="seconds per solver attempt (default 120)")
 
 
+def add_sat_option(p: argparse.ArgumentParser) -> None:
+    from synth.sat import AUTO, CHOICES
+
+    p.add_argument("--sat", choices=CHOICES, default=AUTO,
+                   help="smt: the SAT engine under the encoding (default auto: the fastest installed one, as "
+                        "measured in docs/smt.md)")
+
+
+def smt_options(args, certify: bool = False):
+    """The SmtOptions of ``--sat`` (its engine resolved; one line when it is not installed)."""
+    from synth.sat.choice import resolve_sat
+    from synth.smt.encoding import SmtOptions
+
+    return SmtOptions(sat=resolve_sat(getattr(args, "sat", "auto"), certify), certify=certify)
+
+
 def add_coll_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=int, help="root rank of a rooted collective (default 0)")
     p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")

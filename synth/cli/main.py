@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     from synth.cli.export import add_export_parser
     from synth.cli.measure import add_measure_parsers
     from synth.cli.model import add_model_parsers
+    from synth.cli.proofs import add_check_proof_parser
     from synth.cli.report import add_report_parser
     from synth.cli.routing import add_routing_parser
     from synth.cli.run import add_run_parser
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
     add_tune_parser(sub)
     add_check_parser(sub)
+    add_check_proof_parser(sub)
     add_measure_parsers(sub)
     add_run_parser(sub)
     return parser

@@ -11,6 +11,8 @@ DEFAULT_SIZES_TEXT = "1K..4G"
 
 
 def add_report_parser(sub) -> None:
+    from synth.cli.common import add_sat_option
+
     p = sub.add_parser("report",
                        help="frontier + baselines + bounds over sizes: tables, plots, size->algorithm selection")
     p.add_argument("topology", nargs="?")
@@ -32,6 +34,7 @@ def add_report_parser(sub) -> None:
                                                     "pip install 'synth[ray]')")
     p.add_argument("--job-timeout", type=float, metavar="SEC",
                    help="with --all: stop a report that runs longer and go on with the others")
+    add_sat_option(p)
     p.add_argument("--max-threadblocks", type=int, metavar="N",
                    help="the fastest schedule within N thread blocks per rank at each size (at most N // blocks "
                         "instances; NCCL at most N channels); default: no budget")
@@ -88,7 +91,7 @@ def cmd_report(args) -> int:
         return _moe(args, say)
     out = args.output or f"results/{args.topology}/{args.collective}"
     doc = report(args.topology, args.collective, out, args.sizes, args.from_dir, args.time_limit, say, jobs=args.jobs,
-                 calibration=args.calibration, max_threadblocks=args.max_threadblocks)
+                 calibration=args.calibration, max_threadblocks=args.max_threadblocks, sat=args.sat)
     print(f"wrote {out}/report.md, report.csv, report.json, busbw.png, time.png, speedup.png, threadblocks.png, "
           "selection.json", file=sys.stderr)
     for line in summary_lines(doc):

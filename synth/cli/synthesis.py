@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from synth.cli.common import add_calibration_option, add_problem, progress, terms_of, topology_of, write_or_print
+from synth.cli.common import (
+    add_calibration_option,
+    add_problem,
+    add_sat_option,
+    progress,
+    smt_options,
+    terms_of,
+    topology_of,
+    write_or_print,
+)
 from synth.core.errors import EXIT_INTERRUPTED, InputError
 
 
@@ -28,6 +37,7 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--direct", action="store_true",
                    help="smt, allreduce: the direct encoding (reduction in flight) instead of reduce_scatter + "
                         "allgather")
+    add_sat_option(p)
     p.add_argument("--max-threadblocks", type=int, metavar="N",
                    help="plan within N thread blocks per rank: every rank sends to at most N peers and receives "
                         "from at most N, over links a peer MILP keeps (docs/reports.md)")
@@ -41,6 +51,7 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--chunks", type=int, default=1, help="chunks per rank (default 1)")
     p.add_argument("--extra-rounds", type=int, default=0, help="rounds beyond one per step (default 0)")
     p.add_argument("--max-steps", type=int, help="give up after this many steps")
+    add_sat_option(p)
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_least_steps)
 
@@ -53,6 +64,10 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run independent sweeps side by side in N processes (allreduce: its reduce-scatter and "
                         "allgather frontiers; default 1)")
+    add_sat_option(p)
+    p.add_argument("--certify", action="store_true",
+                   help="every infeasible budget gets a certificate, checked before it prunes anything: DRAT "
+                        "proofs, exact LP certificates; written under DIR/certificates ('synth check-proof DIR')")
     p.add_argument("-o", "--output", required=True, help="folder for frontier.json and schedules")
     p.set_defaults(func=cmd_pareto)
 
@@ -70,7 +85,8 @@ def cmd_solve(args) -> int:
     backend = synthesizers.choose(problem, args.backend)
     _reject_foreign_options(args, backend.name)
     options = synthesizers.Options(time_limit=args.time_limit, solver=args.solver, gap=args.gap,
-                                   threads=args.threads, sketch=sketch, progress=progress, direct=args.direct)
+                                   threads=args.threads, sketch=sketch, progress=progress, direct=args.direct,
+                                   smt=smt_options(args) if backend.name == "smt" else None)
     result = synthesizers.synthesize(problem, options, backend.name)
     result.schedule_or_raise(_what(problem))  # infeasible (3), unknown (5) or a solver failure (1)
     if "size" in result.details:
@@ -109,6 +125,8 @@ def _reject_foreign_options(args, backend: str) -> None:
     """Options only one backend reads are errors with the others."""
     if args.direct and backend != "smt":
         raise InputError("--direct applies to --backend smt (allreduce with --steps)")
+    if args.sat != "auto" and backend != "smt":
+        raise InputError("--sat applies to --backend smt")
     if backend == "milp":
         return
     for flag, given in (("--sketch", args.sketch), ("--solver", args.solver), ("--gap", args.gap),
@@ -164,7 +182,7 @@ def cmd_least_steps(args) -> int:
 
     topo = topology_of(args.topology)
     result, _ = least_steps(topo, args.collective, args.root, args.chunks, args.extra_rounds,
-                            args.max_steps, args.time_limit, progress)
+                            args.max_steps, args.time_limit, progress, smt_options(args))
     meta = result.schedule_or_raise(f"{args.collective} on {topo.name}").meta
     progress(f"least steps: (S={meta.get('steps')}, R={meta.get('rounds')}, C={meta.get('chunks')})")
     progress(SRC_LEGEND)
@@ -217,8 +235,14 @@ def cmd_pareto(args) -> int:
         raise InputError(f"--max-chunks must be at least 1, got {args.max_chunks}")
     topo = topology_of(args.topology)
     frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, progress,
-                      direct_allreduce=args.direct, jobs=args.jobs)
+                      options=smt_options(args, args.certify), direct_allreduce=args.direct, jobs=args.jobs)
     path = write_frontier(args.output, frontier)
+    if args.certify:
+        from synth.smt.proof_files import write_certificates
+
+        count = write_certificates(args.output, topo, frontier.attempts)
+        print(f"certificates: {count} infeasible budget(s), each checked; 'synth check-proof {args.output}' "
+              "checks them again")
     for point in frontier.points:
         print(f"(S={point.steps}, R={point.rounds}, C={point.chunks})  rounds/chunk {point.ratio}  "
               f"{point.solve_seconds:.2f} s")

@@ -308,8 +308,17 @@ def schedule_file_name(collective: str, topology: str, steps: int, rounds: int |
     return f"{collective}.{safe}.s{steps}-r{rounds}-c{chunks}.schedule.json"
 
 
+def certificate_file_name(collective: str, steps: int, rounds: int, chunks: int, direct: bool = False) -> str:
+    """Where a pareto folder keeps a budget's certificate of infeasibility, e.g.
+    ``certificates/allgather.s2-r3-c1.json`` (``synth.smt.proof_files``)."""
+    kind = ".direct" if direct else ""
+    return f"certificates/{collective}{kind}.s{steps}-r{rounds}-c{chunks}.json"
+
+
 def write_frontier(folder: str | Path, frontier) -> Path:
-    """Write one schedule file per frontier point and ``frontier.json`` (each atomically)."""
+    """Write one schedule file per frontier point and ``frontier.json`` (each atomically). An
+    attempt with a certificate of infeasibility names its file (written by
+    ``synth.smt.proof_files.write_certificates``)."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -332,14 +341,21 @@ def write_frontier(folder: str | Path, frontier) -> Path:
         "complete": frontier.complete,
         "bounds": frontier.bounds,
         "points": points,
-        "attempts": [
-            {"steps": a.steps, "rounds": a.rounds, "chunks": a.chunks, "status": a.status.value,
-             "seconds": round(a.seconds, 4)}
-            for a in frontier.attempts
-        ],
+        "attempts": [_attempt_entry(a) for a in frontier.attempts],
     }
     if frontier.note:
         doc["note"] = frontier.note
     path = folder / "frontier.json"
     write_json_atomic(path, doc)
     return path
+
+
+def _attempt_entry(attempt) -> dict:
+    """An attempt as frontier.json lists it (with its certificate's file, when it has one)."""
+    entry = {"steps": attempt.steps, "rounds": attempt.rounds, "chunks": attempt.chunks,
+             "status": attempt.status.value, "seconds": round(attempt.seconds, 4)}
+    certificate = getattr(attempt, "certificate", None)
+    if certificate is not None:
+        entry["certificate"] = certificate_file_name(certificate.collective, certificate.steps, certificate.rounds,
+                                                     certificate.chunks, certificate.direct)
+    return entry

@@ -59,14 +59,15 @@ class Candidate:
         return self.kind == "nccl"
 
 
-def synthesized(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1) -> list[Candidate]:
+def synthesized(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1,
+                sat: str = "auto") -> list[Candidate]:
     """SMT frontier points on one small machine with whole capacities, else MILP router results
     at ROUTER_SIZES (with ``jobs`` > 1 those run side by side, each in its own process: the same
-    results). The choice and its reason are said first."""
+    results). The choice and its reason are said first. ``sat``: the SMT search's SAT engine."""
     backend, why = synthesis_backend(topology)
     say(f"{topology.name} {collective}: synthesizing with {backend} ({why})")
     if backend == "smt":
-        return _smt(topology, collective, time_limit, say, jobs)
+        return _smt(topology, collective, time_limit, say, jobs, sat)
     return _milp(topology, collective, time_limit, say, jobs)
 
 
@@ -104,10 +105,14 @@ def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Cand
     return out
 
 
-def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1) -> list[Candidate]:
+def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1,
+         sat: str = "auto") -> list[Candidate]:
+    from synth.sat.choice import resolve_sat
+    from synth.smt.encoding import SmtOptions
     from synth.smt.strategies import pareto
 
     frontier = pareto(topology, collective, time_limit=time_limit, progress=say, jobs=jobs,
+                      options=SmtOptions(sat=resolve_sat(sat)),
                       budget=FRONTIER_CALLS * time_limit)
     if not frontier.complete:
         say(f"{topology.name} {collective}: the frontier is incomplete ({frontier.note}); the report goes on "

@@ -38,12 +38,13 @@ Say = Callable[[str], None]
 
 def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT_SIZES,
            from_dir: str | None = None, time_limit: float = 120.0, say: Say | None = None,
-           jobs: int = 1, calibration: str = DEFAULT_CALIBRATION, max_threadblocks: int | None = None) -> dict:
+           jobs: int = 1, calibration: str = DEFAULT_CALIBRATION, max_threadblocks: int | None = None,
+           sat: str = "auto") -> dict:
     """Synthesize (or read), add baselines and bounds, evaluate and write the report folder.
     ``jobs`` > 1: the MILP router's size variants run side by side (the same report).
     ``max_threadblocks``: at most that many thread blocks per rank (synth.report.budget).
     ``calibration``: a synth.calibration file, ``default`` (the built-in terms) or ``none`` (the
-    contract model, protocol factors only)."""
+    contract model, protocol factors only). ``sat``: the SMT search's SAT engine (``--sat``)."""
     from synth.measure.calibration import load_calibration
 
     say = say or (lambda line: None)
@@ -54,7 +55,7 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     terms = None if cal is None else cal.terms(calibration)
     folder = Path(out)
     found = (cand.from_frontier_dir(from_dir, topo, collective) if from_dir
-             else cand.synthesized(topo, collective, time_limit, say, jobs))
+             else cand.synthesized(topo, collective, time_limit, say, jobs, sat))
     try:  # only now: bad input leaves no folder behind
         (folder / "schedules").mkdir(parents=True, exist_ok=True)
     except OSError as exc:

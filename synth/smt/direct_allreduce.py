@@ -20,15 +20,16 @@ has left. Capacity and rounds are the same as in the plain encoding.
 
 from __future__ import annotations
 
-import z3
-
 from synth.core.schedule import Schedule, Send, Step
+from synth.sat.answer import Answer
 from synth.smt.cardinality import neg
 from synth.smt.encoding import SmtInstance
 
 
 class DirectAllreduceInstance(SmtInstance):
     """Allreduce (every chunk: pre = post = all ranks) as overlapping reduce and copy trees."""
+
+    ENCODING_KIND = "direct"
 
     def _build(self) -> None:
         topo, coll, S = self.topology, self.collective, self.steps
@@ -83,9 +84,8 @@ class DirectAllreduceInstance(SmtInstance):
                 per_link.setdefault((a, b, s), []).append(x)
         self._rounds_and_capacity(per_link)
 
-    def _decode(self, model: z3.ModelRef, seconds: float) -> Schedule:
-        def true(lit) -> bool:
-            return self._value(model, lit)
+    def _decode(self, answer: Answer, seconds: float) -> Schedule:
+        true = answer.value
 
         steps = []
         for s in range(1, self.steps + 1):

@@ -1,4 +1,4 @@
-"""SCCL-style k-synchronous synthesis on z3's SAT core, as a pure CNF (see smt_cnf.py).
+"""SCCL-style k-synchronous synthesis as a pure CNF, answered by a SAT engine.
 
 For a non-combining collective, S steps and a rounds budget:
   has[c][r][s]   rank r holds chunk c after step s (s = 0: the precondition), monotone in s;
@@ -19,27 +19,28 @@ so an UNSAT stays a proof) tell the solver where capacity must be saturated:
   out-saturation: all sends >= sum_r N_r and all sends <= sum(out-unit caps) * R, so every out-unit
     carries >= cap_u * rounds[s] - (that global slack) in step s.
 (A unit is a group holding only links into (out of) one rank and tighter than their sum, else a
-link.) z3's SAT core runs with CHB branching and Luby restarts (measured: far smaller variance).
+link.) The clauses go into a ``synth.sat.Formula``; a SAT engine of ``synth.sat.engines`` (z3's
+SAT core, CaDiCaL or Kissat: ``SmtOptions.sat``) answers the checks.
 
-Solver objects and literals never leave synth/smt: callers get SolveResult with a Schedule
-or a status.
+Engines and literals never leave synth/smt: callers get SolveResult with a Schedule or a status.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
-
-import z3
 
 from synth.core.collective import Collective
 from synth.core.orbits import orbit_classes
 from synth.core.schedule import Schedule, Send, SolveResult, Status, Step
 from synth.core.symmetry import Symmetry, interchangeable_chunks
 from synth.core.topology import Topology
+from synth.sat.answer import Answer, Verdict
+from synth.sat.engines import Engine, make_engine
 from synth.smt.cardinality import CnfBuilder, neg
 
-RLIMIT_START = 2_500_000  # z3 work units of a first try (a split's, a window's): ~0.25 s on small machines
+WORK_START = 0.25  # work seconds of a first try (a split's, a window's; ``synth.sat.engines``)
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,16 @@ class SmtOptions:
     saturate: bool = True  # implied in-saturation rows and receive-once at zero slack (see above)
     out_saturate: bool = True  # implied out-saturation rows
     random_seed: int = 0
-    sat_params: tuple = (("sat.branching.heuristic", "chb"), ("sat.restart", "luby"))
-    memory_mb: int = 4096  # z3 gives up (an unknown, not a proof) beyond this
+    memory_mb: int = 4096  # an engine gives up (an unknown, not a proof) beyond this
+    sat: str = "z3"  # the SAT engine: z3, cadical or kissat (``synth.sat.engines``)
+    certify: bool = False  # every exact UNSAT carries a checked DRAT proof (``synth.smt.certificates``)
+
+    def encoding_fields(self) -> tuple[tuple[str, object], ...]:
+        """The fields that shape the formula (what a certificate names to rebuild it)."""
+        return (("forbid_redundant_sends", self.forbid_redundant_sends),
+                ("order_interchangeable_chunks", self.order_interchangeable_chunks),
+                ("out_saturate", self.out_saturate), ("prune_useless_relays", self.prune_useless_relays),
+                ("receive_once", self.receive_once), ("saturate", self.saturate))
 
 
 class SmtInstance(CnfBuilder):
@@ -86,8 +95,8 @@ class SmtInstance(CnfBuilder):
         self.max_rounds = max(max_rounds, steps)
         self.options = options
         self.symmetries = tuple(sym for sym in symmetries if not sym.is_identity)
-        z3.set_param("memory_max_size", options.memory_mb)
-        self._init_cnf(options.random_seed, options.sat_params)
+        self._init_cnf()
+        self._engine: Engine | None = None
         self._selectors: dict[int, int] = {}
         self._incoming: dict | None = None  # set by the plain encoding: it has saturation rows
         self._rows_done: set = set()
@@ -333,14 +342,15 @@ class SmtInstance(CnfBuilder):
         """Is there a schedule with these steps and at most ``rounds`` rounds in total?"""
         if rounds < self.steps or rounds > self.max_rounds:
             raise ValueError(f"rounds {rounds} outside {self.steps}..{self.max_rounds}")
-        return self.check([self.total_literal(rounds)], time_limit)
+        return self.check([self.total_literal(rounds)], time_limit, prove=self.proves)
 
     def solve_split(self, rounds_per_step: tuple[int, ...], time_limit: float | None = None,
-                    rlimit: int | None = None) -> SolveResult:
+                    work: float | None = None) -> SolveResult:
         """Is there a schedule with exactly these rounds in each step? (assumptions; exact)
 
-        ``rlimit``: z3's deterministic work budget for this check (TIMEOUT when spent); the
-        answer then depends on the work done, not on how loaded the machine is."""
+        ``work``: the engine's deterministic work budget for this check, in work seconds
+        (TIMEOUT when spent); the answer then depends on the work done, not on how loaded the
+        machine is."""
         if len(rounds_per_step) != self.steps or min(rounds_per_step) < 1:
             raise ValueError(f"need {self.steps} per-step rounds >= 1, got {rounds_per_step}")
         assumptions = []
@@ -350,7 +360,14 @@ class SmtInstance(CnfBuilder):
                 raise ValueError(f"{rounds} rounds in a step exceed this instance's {1 + len(self.extra[step - 1])}")
             assumptions += literals
         # the total's selector too: it switches on the implied rows for that total
-        return self.check([self.total_literal(sum(rounds_per_step)), *assumptions], time_limit, rlimit)
+        return self.check([self.total_literal(sum(rounds_per_step)), *assumptions], time_limit, work,
+                          prove=self.proves)
+
+    @property
+    def proves(self) -> bool:
+        """Budget checks carry proofs: certifying, and exact (a restricted search's UNSAT
+        proves nothing, so it needs none)."""
+        return self.options.certify and not self.symmetries
 
     # the literals a search outside this class assumes (``synth.smt.windows``)
     def total_literal(self, rounds: int) -> int:
@@ -370,53 +387,66 @@ class SmtInstance(CnfBuilder):
         representative of its orbit under the instance's symmetries)."""
         return self.send.get((chunk, src, dst, step))
 
-    def check(self, assumptions: list, time_limit: float | None = None, rlimit: int | None = None) -> SolveResult:
+    def check(self, assumptions: list, time_limit: float | None = None, work: float | None = None,
+              prove: bool = False) -> SolveResult:
         """Is there a schedule with every literal in ``assumptions`` true? SOLVED carries the
-        decoded schedule (not verified here); TIMEOUT when ``time_limit`` seconds or
-        ``rlimit`` work units run out (proves nothing)."""
-        return self._check(assumptions, time_limit, rlimit)
-
-    def _check(self, assumptions: list, time_limit: float | None, rlimit: int | None = None) -> SolveResult:
+        decoded schedule (not verified here); TIMEOUT when ``time_limit`` seconds or ``work``
+        work seconds run out (proves nothing); ERROR when the engine failed. ``prove``: an
+        INFEASIBLE carries a ``SatRefutation`` (details["refutation"]) whose DRAT proof has
+        been checked here; a proof that does not check is an ERROR."""
         started = time.perf_counter()
-        self._solver.set("timeout", max(1, int(time_limit * 1000)) if time_limit is not None else 4294967295)
-        self._solver.set("rlimit", int(rlimit) if rlimit else 0)
-        spent_before = _rlimit_count(self._solver)
-        verdict = self._solver.check(*[self._ref(lit) for lit in assumptions])
+        literals = [lit for lit in assumptions if lit is not True]
+        answer = self.engine.check(literals, work, time_limit, proof=prove)
         seconds = time.perf_counter() - started
-        if verdict == z3.unsat:
+        if answer.verdict == Verdict.UNSAT:
+            if prove:
+                return self._refuted(literals, answer, seconds)
             return SolveResult(Status.INFEASIBLE, None, seconds)
-        if verdict == z3.unknown:
-            reason = self._solver.reason_unknown()
-            if rlimit and _rlimit_count(self._solver) - spent_before >= rlimit:
-                self._renew_solver()  # the work budget ran out (z3 says "canceled" for it too)
-                return SolveResult(Status.TIMEOUT, None, seconds, "work budget (rlimit) spent")
-            if "canceled" in reason or "interrupted" in reason:
-                raise KeyboardInterrupt
-            # z3 5.4's incremental SAT core is not trustworthy after an interrupted check (it was
-            # seen answering "sat" with models that break hard constraints), so start afresh.
-            self._renew_solver()
-            status = Status.TIMEOUT if "timeout" in reason or "memory" in reason else Status.ERROR
-            return SolveResult(status, None, seconds, reason)
-        return SolveResult(Status.SOLVED, self._decode(self._solver.model(), seconds), seconds)
+        if answer.verdict == Verdict.SAT:
+            return SolveResult(Status.SOLVED, self._decode(answer, seconds), seconds)
+        status = Status.ERROR if answer.error else Status.TIMEOUT
+        return SolveResult(status, None, seconds, answer.reason)
 
-    def _decode(self, model: z3.ModelRef, seconds: float) -> Schedule:
+    def _refuted(self, literals: list[int], answer: Answer, seconds: float) -> SolveResult:
+        """An UNSAT with its proof checked against the formula plus the assumptions."""
+        from synth.sat.proofs import check_drat
+        from synth.smt.certificates import SatRefutation
+
+        why = check_drat(self.formula.dimacs(literals), answer.proof or b"")
+        if why is not None:
+            return SolveResult(Status.ERROR, None, seconds,
+                               f"{answer.engine}'s proof of infeasibility was rejected by the checker: {why}")
+        cnf = self.formula.dimacs()
+        refutation = SatRefutation(None, answer.engine, self.encoding_key(), tuple(literals),
+                                   hashlib.sha256(cnf).hexdigest(), answer.proof, cnf)
+        return SolveResult(Status.INFEASIBLE, None, seconds, details={"refutation": refutation})
+
+    ENCODING_KIND = "plain"
+
+    def encoding_key(self):
+        """What rebuilds this formula as it is now (``synth.smt.certificates.EncodingKey``)."""
+        from synth.smt.certificates import EncodingKey
+
+        return EncodingKey(self.steps, self.collective.chunks, self.max_rounds, tuple(self._selectors),
+                           self.ENCODING_KIND, self.options.encoding_fields())
+
+    @property
+    def engine(self) -> Engine:
+        """The SAT engine the checks run on (made at the first check)."""
+        if self._engine is None:
+            self._engine = make_engine(self.options.sat, self.formula, self.options.random_seed,
+                                       self.options.memory_mb)
+        return self._engine
+
+    def _decode(self, answer: Answer, seconds: float) -> Schedule:
         coll = self.collective
         chosen: dict[int, dict[tuple[int, int], Send]] = {s: {} for s in range(1, self.steps + 1)}
         for (c, a, b, s), var in sorted(self.send.items()):
-            if self._value(model, var) and (b, c) not in chosen[s]:
+            if answer.value(var) and (b, c) not in chosen[s]:
                 chosen[s][(b, c)] = Send(c, a, b)
         steps = []
         for s in range(1, self.steps + 1):
-            extra = sum(self._value(model, e) for e in self.extra[s - 1])
+            extra = sum(answer.value(e) for e in self.extra[s - 1])
             steps.append(Step(tuple(sorted(chosen[s].values())), 1 + extra))
         meta = {"synthesizer": "smt", "solve_seconds": round(seconds, 4)}
         return Schedule(self.topology, coll, tuple(steps), meta)
-
-
-def _rlimit_count(solver: z3.Solver) -> int:
-    """z3's running work counter ("rlimit count"; 0 before the first check)."""
-    stats = solver.statistics()
-    for key in stats.keys():
-        if key == "rlimit count":
-            return int(stats.get_key_value(key))
-    return 0

@@ -13,6 +13,7 @@ from dataclasses import replace
 from synth.bounds.step_lp import (
     HEAD_STEPS,
     TAIL_STEPS,
+    compositions,
     least_rounds,
     least_rounds_any_steps,
     open_splits,
@@ -29,7 +30,7 @@ from synth.core.topology import Topology
 from synth.smt import windows
 from synth.smt.clock import Clock
 from synth.smt.direct_allreduce import DirectAllreduceInstance
-from synth.smt.encoding import RLIMIT_START, SmtInstance, SmtOptions
+from synth.smt.encoding import WORK_START, SmtInstance, SmtOptions
 from synth.verify import checked
 
 
@@ -140,18 +141,18 @@ class SmtSession:
         lp_seconds = None if time_limit is None else time_limit * LP_SHARE
         splits = (self._open_splits(steps, rounds, chunks, solve_lps=False, seconds=clock.at_most(lp_seconds))
                   if by_splits else None)
-        if splits == []:
+        if splits == [] and not self.options.certify:
             return SolveResult(Status.INFEASIBLE, None, clock.elapsed(),
                                "every split of the rounds over the steps is ruled out by the LP bound")
         collective = self.collective(chunks)
         prune = (lambda split: split_ruled_out(self.topology, collective, split)) if by_splits else None
         result = None
-        symmetric = self._symmetric_instance(steps, chunks, rounds)
+        symmetric = self._symmetric_instance(steps, chunks, rounds) if splits != [] else None
         if symmetric is not None:
             # the LP solves above count against the attempt's time (at 8+ steps on mi250 they
             # took 100 s of a 120 s limit, and the attempt ran 170 s)
             # the work cap follows the limit, not the clock, so it is the same on any machine
-            cap = None if time_limit is None else int(time_limit * SYMMETRIC_SHARE * RLIMIT_PER_SECOND)
+            cap = None if time_limit is None else time_limit * SYMMETRIC_SHARE
             result = _run(symmetric, rounds, splits, clock.share(SYMMETRIC_SHARE), max_budget=cap, prune=prune,
                           finding=True)
         if result is None or result.status != Status.SOLVED:
@@ -159,7 +160,14 @@ class SmtSession:
             # and only with the time to build its encoding left after the LPs (mi250 at 9 steps
             # ran 150 s against 120 s when the LPs were not counted)
             build = 0.0 if (steps, chunks) in self._instances else self._exact_build_seconds(steps, chunks)
-            if by_splits and clock.has(build):
+            known: dict = {}
+            if by_splits and self.options.certify:
+                splits, prune, known = self._certified_splits(rounds, steps, splits, collective)
+                if splits is not None and len(known) == len(splits):  # the LP refutes every split
+                    result = SolveResult(Status.INFEASIBLE, None, clock.elapsed(),
+                                         details={"refutations": tuple(known[split] for split in splits)})
+                    return self._checked(self._certified(result, steps, rounds, chunks), clock, steps, chunks)
+            elif by_splits and clock.has(build):
                 splits = self._open_splits(steps, rounds, chunks, seconds=clock.at_most(lp_seconds, reserve=build))
                 if splits == []:
                     return SolveResult(Status.INFEASIBLE, None, clock.elapsed(),
@@ -167,8 +175,47 @@ class SmtSession:
             if not clock.has(build):
                 return SolveResult(Status.TIMEOUT, None, clock.elapsed(), "no time left to build the exact encoding")
             exact = self._instance(steps, chunks, rounds)  # its build counts (~30 s at 8 steps on mi250)
-            result = _run(exact, rounds, splits, clock.share(1.0), prune=prune)
+            result = _run(exact, rounds, splits, clock.share(1.0), prune=prune, known=known)
+            result = self._certified(result, steps, rounds, chunks)
         return self._checked(result, clock, steps, chunks)
+
+    def _certified_splits(self, rounds: int, steps: int, open_splits, collective: Collective):
+        """A certified search's splits (every one; None: the whole budget at once), its prune
+        (an exact LP certificate), and the certificates of the splits the LP already rules out
+        (made first: a certificate costs one LP, an engine's proof a search)."""
+        every, refute = _every_split(rounds, steps, open_splits), self._lp_refutation(collective)
+        if every is None:
+            return None, refute, {}
+        leave = set(open_splits or [])
+        known = {split: part for split in every if split not in leave and (part := refute(split)) is not None}
+        return every, refute, known
+
+    def _lp_refutation(self, collective: Collective):
+        """prune(split) for a certified search: the split's exact LP certificate, or None
+        (then the engine must refute the split)."""
+        from synth.bounds.lp_certificate import split_certificate
+        from synth.smt.certificates import LpRefutation
+
+        def refute(split: tuple[int, ...]):
+            certificate = split_certificate(self.topology, collective, split)
+            return None if certificate is None else LpRefutation(tuple(split), certificate)
+        return refute
+
+    def _certified(self, result: SolveResult, steps: int, rounds: int, chunks: int) -> SolveResult:
+        """A certified search's INFEASIBLE with its BudgetCertificate (details["certificate"])."""
+        if not self.options.certify or result.status != Status.INFEASIBLE:
+            return result
+        from synth.smt.certificates import BudgetCertificate
+
+        parts = result.details.get("refutations")
+        if parts is None and "refutation" in result.details:
+            parts = (result.details["refutation"],)
+        if not parts:
+            return SolveResult(Status.ERROR, None, result.seconds, "a certified search proved infeasibility "
+                               "without a certificate (a bug in synth)")
+        certificate = BudgetCertificate(self.name, self.root, self.direct, steps, rounds, chunks, tuple(parts))
+        return SolveResult(Status.INFEASIBLE, None, result.seconds, result.message,
+                           details={"certificate": certificate})
 
     def fewer_steps(self, schedule: Schedule, time_limit: float | None) -> SolveResult:
         """The same rounds and chunks in one step fewer than ``schedule`` (a point this session
@@ -201,7 +248,7 @@ class SmtSession:
         (duals run backwards), verified; a failure to verify is a bug and raises."""
         seconds = clock.elapsed()
         if result.status != Status.SOLVED:
-            return SolveResult(result.status, None, seconds, result.message)
+            return SolveResult(result.status, None, seconds, result.message, details=result.details)
         schedule = result.schedule
         internal = schedule
         if self.combining:
@@ -254,64 +301,90 @@ class SmtSession:
 
 SYMMETRIC_SHARE = 2 / 3  # of an attempt's time left (and work cap) for the restricted search
 LP_SHARE = 1 / 4  # of an attempt's time limit, the most each pass's split LP solves may take
-RLIMIT_PER_SECOND = 10_000_000  # to turn a time share into a work budget, deterministically (z3's rate on
-# small machines; on mi250 allgather it does 1-6M a second, so there the clock binds first)
 
 
 def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
-         max_budget: int | None = None, prune=None, finding: bool = False) -> SolveResult:
+         max_budget: float | None = None, prune=None, finding: bool = False, known: dict | None = None) -> SolveResult:
     """Exact for ``inst``: split by split with growing work budgets (an easy split first), or
     the whole rounds budget at once when there are too many splits.
 
-    The budgets are z3 work units (rlimit), not seconds, so which split answers first, and
-    with which schedule, is the same on a loaded machine as on an idle one (a sweep on many
-    cores gives the serial run's schedules); ``time_limit`` stays the wall-clock safety net
-    (TIMEOUT, "unknown", when it runs out). ``max_budget``: stop with TIMEOUT rather than try
-    a pass with a bigger budget than this. ``prune(split)``: True when the split is proven
-    impossible (asked, after the pass of its first try, of each split the solver left open).
+    The budgets are work seconds (``synth.sat.engines``: each engine's own deterministic count), not
+    seconds, so which split answers first, and with which schedule, is the same on a loaded machine as
+    on an idle one (a sweep on many cores gives the serial run's schedules); ``time_limit`` stays the
+    wall-clock safety net (TIMEOUT, "unknown", when it runs out). ``max_budget``: stop with TIMEOUT
+    rather than try a pass with a bigger budget than this. ``prune(split)``: truthy when the split is
+    proven impossible (asked, after the pass of its first try, of each split the solver left open);
+    what it returns, when not just True, is the split's refutation.
 
     In a pass with budget B the i-th open split gets B / (i + 1), and at least the first
     pass's budget: the splits come most promising first, and a feasible one is usually among
     the first, so the work goes there rather than evenly (mi250 allgather (5, 19, 7): the
-    first split needs ~60M units, the fifteen together would have spent ~15 times that first).
+    first split needs ~6 work seconds, the fifteen together would have spent ~15 times that first).
 
     ``finding`` (a search whose "no" proves nothing: only a schedule is worth its time): past
     the first FEW_SPLITS, a split waits for the pass in which its share reaches the first
     pass's budget. Else every pass costs that budget times the splits: with the 164 splits of
-    (5, 19, 7) each pass took 40 s, and the first split, whose schedule takes ~120M units,
+    (5, 19, 7) each pass took 40 s, and the first split, whose schedule takes ~12 work seconds (z3),
     never got them within the attempt. A proof needs every split, so there every split is
-    tried in the first pass (the cheap ones are ruled out there)."""
+    tried in the first pass (the cheap ones are ruled out there).
+
+    An INFEASIBLE carries, when every split's refutation is known (an engine's, with proofs
+    on, or prune's), details["refutations"]: one per split, in the order of ``splits``.
+    ``known``: splits refuted already (split -> refutation): never tried."""
     if splits is None:
         return inst.solve(rounds, time_limit)
     clock = Clock(time_limit)
-    pending, budget = list(splits), RLIMIT_START
+    refuted: dict = dict(known or {})  # split -> its refutation (or True: ruled out without one)
+    pending, budget = [split for split in splits if split not in refuted], WORK_START
     tried: set = set()  # splits that had their first try (and, then, their prune)
     while pending:
         if max_budget is not None and budget > max_budget:
             return SolveResult(Status.TIMEOUT, None, clock.elapsed(), "work budget")
         still, first_tries = [], []
         for position, split in enumerate(pending):
-            share = budget // (position + 1)
-            if finding and share < RLIMIT_START and position >= FEW_SPLITS:
+            share = budget / (position + 1)
+            if finding and share < WORK_START and position >= FEW_SPLITS:
                 still.append(split)  # its turn comes in a later pass
                 continue
             if not clock.has(0.01):
                 return SolveResult(Status.TIMEOUT, None, clock.elapsed(), "time limit")
-            result = inst.solve_split(split, clock.left(), rlimit=max(RLIMIT_START, share))
+            result = inst.solve_split(split, clock.left(), work=max(WORK_START, share))
             if result.status in (Status.SOLVED, Status.ERROR):
                 return result
-            if result.status == Status.TIMEOUT:
+            if result.status == Status.INFEASIBLE:
+                refuted[split] = _with_split(result.details.get("refutation"), split)
+            else:
                 still.append(split)
                 if split not in tried:
                     first_tries.append(split)
         tried.update(first_tries)
         if prune is not None and first_tries:
             # while time is left: an LP solve takes seconds on the big machines
-            ruled_out = {split for split in first_tries if clock.has(0.0) and prune(split)}
-            still = [split for split in still if split not in ruled_out]
+            for split in first_tries:
+                verdict = prune(split) if clock.has(0.0) else None
+                if verdict:
+                    refuted[split] = verdict
+            still = [split for split in still if split not in refuted]
         pending = still
         budget *= 4
-    return SolveResult(Status.INFEASIBLE, None, clock.elapsed())
+    parts = [refuted[split] for split in splits]
+    details = {"refutations": tuple(parts)} if all(part not in (None, True) for part in parts) else {}
+    return SolveResult(Status.INFEASIBLE, None, clock.elapsed(), details=details)
+
+
+def _with_split(refutation, split: tuple[int, ...]):
+    """A SatRefutation with the split it refutes (None stays None)."""
+    return None if refutation is None else replace(refutation, split=tuple(split))
+
+
+def _every_split(rounds: int, steps: int, first: list | None) -> list[tuple[int, ...]] | None:
+    """Every split of ``rounds`` over ``steps`` for a certified search, ``first`` (the ones the LP
+    leaves open, most promising first) leading; None (the whole budget at once) past MAX_SPLITS."""
+    every = compositions(rounds, steps)
+    if every is None or len(every) > MAX_SPLITS:
+        return None
+    lead = list(first or [])
+    return lead + [split for split in map(tuple, every.tolist()) if split not in set(lead)]
 
 
 MAX_SPLITS = 200

@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable
+from typing import Any, Callable
 
 from synth.bounds.lower_bounds import lower_bounds
 from synth.core.collective import Collective
@@ -34,13 +34,15 @@ def _quiet(_: str) -> None:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One solver call: the instance, how it ended, and how long it took."""
+    """One solver call: the instance, how it ended, and how long it took; a certified search's
+    INFEASIBLE carries its ``certificate`` (``synth.smt.certificates.BudgetCertificate``)."""
 
     steps: int
     rounds: int
     chunks: int
     status: Status
     seconds: float
+    certificate: Any = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def pareto(
         max_chunks = default_max_chunks(name)
     if name == "allreduce":
         return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce, jobs=jobs,
-                                budget=budget)
+                                budget=budget, options=options)
     session = SmtSession(topology, name, root, options)
     bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
     return _search(session, max(1, bounds.steps), bounds.rounds_per_chunk, max_chunks, time_limit, progress,
@@ -251,7 +253,7 @@ class _Walk:
         config = self.config
         session = config.session
         result = session.solve(S, R, C, config.time_limit, by_splits)
-        self.attempts.append(Attempt(S, R, C, result.status, result.seconds))
+        self.attempts.append(Attempt(S, R, C, result.status, result.seconds, result.details.get("certificate")))
         label = f"{session.name} (direct)" if session.direct else session.name
         config.progress(f"{session.original.name} {label} (S={S}, R={R}, C={C}): "
                         f"{result.status.value} {result.seconds:.2f}s")
@@ -306,9 +308,28 @@ class _Walk:
         smaller); or below the time-expanded LP's floor at S steps."""
         if R <= infeasible_up_to.get(C, 0):
             return True
+        if self.config.session.options.certify:
+            return self._certified_floor(S, R, C, infeasible_up_to)
         if S > self.config.steps_lb and R < self._any_steps_floor(S, C):
             return True
         return R < self.config.session.rounds_floor(S, C)
+
+    def _certified_floor(self, S: int, R: int, C: int, infeasible_up_to: dict[int, int]) -> bool:
+        """A certified walk prunes below the floors only with a certificate: the budget just
+        below the floor at S, (S, floor - 1, C), is attempted (its splits get exact LP
+        certificates, or proofs), and, proven, it prunes every budget with its C and no more
+        rounds (fewer rounds never help)."""
+        floor = self.config.session.rounds_floor(S, C)
+        if S > self.config.steps_lb:
+            floor = max(floor, self._any_steps_floor(S, C))
+        if R >= floor or floor == math.inf:
+            return floor == math.inf
+        result = self._attempt(S, floor - 1, C)
+        if result.status == Status.INFEASIBLE:
+            infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), floor - 1)
+            self.proofs.append((S, floor - 1, C))
+            return True
+        return False
 
     def _shorten(self, point: FrontierPoint) -> FrontierPoint:
         """While a budget with one step fewer and no fewer rounds (same chunks) timed out, try
@@ -454,11 +475,12 @@ def least_steps(
     max_steps: int | None = None,
     time_limit: float | None = 60.0,
     progress: Progress = _quiet,
+    options: SmtOptions = SmtOptions(),
 ) -> tuple[SolveResult, tuple[Attempt, ...]]:
     """Fewest steps S with rounds S + extra_rounds; starts where both bounds allow, stops at a cap."""
     if name == "allreduce":
-        return _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress)
-    session = SmtSession(topology, name, root)
+        return _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress, options)
+    session = SmtSession(topology, name, root, options)
     bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
     start = max(1, bounds.steps)
     if bounds.rounds_per_chunk is not None:
@@ -501,24 +523,25 @@ def solve_instance(
     time_limit: float | None = 60.0,
     progress: Progress = _quiet,
     direct: bool = False,
+    options: SmtOptions = SmtOptions(),
 ) -> SolveResult:
     """One instance; allreduce as the best-balanced reduce_scatter + allgather split that fits,
     or with ``direct`` by the direct encoding (reduction in flight)."""
     if direct and name != "allreduce":
         raise InputError(f"the direct encoding is for allreduce, not {name}")
     if name == "allreduce" and not direct:
-        return _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress)
-    result = SmtSession(topology, name, root, direct=direct).solve(steps, rounds, chunks, time_limit)
+        return _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress, options)
+    result = SmtSession(topology, name, root, options, direct=direct).solve(steps, rounds, chunks, time_limit)
     progress(f"{topology.name} {name} (S={steps}, R={rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
     return result
 
 
-def _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress) -> SolveResult:
+def _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress, options) -> SolveResult:
     """The allreduce composition (``synth.core.reductions``) with the steps and rounds shared out
     between its parts, most balanced share first; the first share both parts solve wins."""
     whole = make_collective("allreduce", topology.ranks, chunks=chunks)
     parts = COMPOSITION.apply(Part.of(topology, whole))
-    sessions = {part.label: SmtSession(topology, part.label, None) for part in parts}
+    sessions = {part.label: SmtSession(topology, part.label, None, options) for part in parts}
     first, second = (max(1, lower_bounds(topology, make_collective(part.label, topology.ranks)).steps)
                      for part in parts)
     shares = [(s1, r1) for s1 in range(first, steps - second + 1) for r1 in range(s1, rounds - (steps - s1) + 1)]
@@ -576,19 +599,20 @@ def pareto_allreduce(
     direct_chunks: int = 3,
     jobs: int = 1,
     budget: float | None = None,
+    options: SmtOptions = SmtOptions(),
 ) -> Frontier:
     """Allreduce frontier: compositions of the reduce_scatter and allgather frontiers (equal C);
     with ``direct``, the direct encoding is also searched (C <= direct_chunks, steps up to the
     composition's largest) for points the compositions do not reach. ``jobs`` > 1: the two
     frontiers are searched side by side."""
-    rs, ag = _part_frontiers(topology, max_chunks, time_limit, progress, jobs, budget)
+    rs, ag = _part_frontiers(topology, max_chunks, time_limit, progress, jobs, budget, options)
     composed = _compositions(topology, rs, ag)
     bounds = lower_bounds(topology, make_collective("allreduce", topology.ranks))
     proven = bounds.proven or bounds
     note = "reduce_scatter + allgather compositions at equal chunks"
     found = Frontier(topology, "allreduce", (), True)
     if direct:
-        found = _search(SmtSession(topology, "allreduce", None, direct=True), max(1, proven.steps),
+        found = _search(SmtSession(topology, "allreduce", None, options, direct=True), max(1, proven.steps),
                         proven.rounds_per_chunk, min(max_chunks, direct_chunks), time_limit, progress,
                         known=tuple(composed), max_steps=max((p.steps for p in composed), default=None))
         note += f", and the direct encoding (chunks <= {min(max_chunks, direct_chunks)})"
@@ -606,18 +630,20 @@ def pareto_allreduce(
 
 
 def _part_frontiers(topology: Topology, max_chunks: int, time_limit: float | None, progress: Progress,
-                    jobs: int, budget: float | None = None) -> tuple[Frontier, Frontier]:
+                    jobs: int, budget: float | None = None,
+                    options: SmtOptions = SmtOptions()) -> tuple[Frontier, Frontier]:
     """The frontiers of the allreduce composition's parts (reduce_scatter, allgather), one after
     the other, or with ``jobs`` > 1 in two processes (their progress lines passed on once both are
     done)."""
     labels = [part.label for part in COMPOSITION.apply(Part.of(topology, make_collective("allreduce", topology.ranks)))]
     if jobs <= 1:
-        rs, ag = (pareto(topology, label, None, max_chunks, time_limit, progress, budget=budget) for label in labels)
+        rs, ag = (pareto(topology, label, None, max_chunks, time_limit, progress, options=options, budget=budget)
+                  for label in labels)
         return rs, ag
     from synth.parallel.pool import Job, run_jobs
 
     found_two = run_jobs([Job(label, "synth.smt.strategies:frontier_job",
-                              (topology, label, max_chunks, time_limit, budget))
+                              (topology, label, max_chunks, time_limit, budget, options))
                           for label in labels], workers=jobs)
     for outcome in found_two:
         if not outcome.ok:
@@ -642,10 +668,10 @@ def _compositions(topology: Topology, rs: Frontier, ag: Frontier) -> list[Fronti
 
 
 def frontier_job(topology: Topology, name: str, max_chunks: int, time_limit: float | None,
-                 budget: float | None = None) -> tuple[Frontier, list[str]]:
+                 budget: float | None = None, options: SmtOptions = SmtOptions()) -> tuple[Frontier, list[str]]:
     """``pareto`` as a job in its own process: the frontier and its progress lines."""
     lines: list[str] = []
-    return pareto(topology, name, None, max_chunks, time_limit, lines.append, budget=budget), lines
+    return pareto(topology, name, None, max_chunks, time_limit, lines.append, options=options, budget=budget), lines
 
 
 def _sum_ratio(a: dict, b: dict) -> str | None:
@@ -654,7 +680,7 @@ def _sum_ratio(a: dict, b: dict) -> str | None:
     return str(Fraction(a["rounds_per_chunk"]) + Fraction(b["rounds_per_chunk"]))
 
 
-def _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress):
+def _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress, options):
     """Least-steps reduce_scatter then least-steps allgather (each with half the extra rounds),
     composed (``synth.core.reductions``)."""
     extras = {"reduce_scatter": extra_rounds // 2, "allgather": extra_rounds - extra_rounds // 2}
@@ -663,7 +689,7 @@ def _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit
 
     def solve_part(part: Part) -> Schedule | None:
         result, tried = least_steps(topology, part.label, None, chunks, extras[part.label], max_steps, time_limit,
-                                    progress)
+                                    progress, options)
         attempts.extend(tried)
         outcome.append(result)
         return result.schedule

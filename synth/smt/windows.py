@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from synth.core.schedule import Schedule, SolveResult, Status
 from synth.smt.clock import Clock
-from synth.smt.encoding import RLIMIT_START, SmtInstance
+from synth.smt.encoding import WORK_START, SmtInstance
 
 WIDTH = 5  # steps re-solved as WIDTH - 1 (mi250 allgather: 3 never fit, 7 timed out, 5 took 12 -> 9)
 
@@ -57,7 +57,7 @@ def fewer_steps(inst: SmtInstance, schedule: Schedule, width: int = WIDTH,
     steps one fewer, its rounds at least the schedule's), or TIMEOUT: no window gave one (a
     window's "no" is about that neighbourhood only, never a proof about the budget).
 
-    The windows go in passes: each open window gets RLIMIT_START work units in the first, four
+    The windows go in passes: each open window gets WORK_START work seconds in the first, four
     times more in each next one; a window the solver proves impossible drops out."""
     clock = Clock(time_limit)
     if len(schedule.steps) != inst.steps + 1 or width < 2 or width > inst.steps:
@@ -67,7 +67,7 @@ def fewer_steps(inst: SmtInstance, schedule: Schedule, width: int = WIDTH,
         literals = window_assumptions(inst, schedule, start, width)
         if literals is not None:
             windows[start] = literals
-    budget = RLIMIT_START
+    budget = WORK_START
     while windows:
         for start, literals in list(windows.items()):
             if not clock.has(0.01):

@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 from synth.core.schedule import SolveResult, Status
+from synth.smt.encoding import SmtOptions
 
 
 class FeasibleSession:
@@ -13,6 +14,7 @@ class FeasibleSession:
     name = "allgather"
     direct = False
     steps_split_freely = True
+    options = SmtOptions()
 
     def __init__(self, interrupt_at: int | None = None):
         from synth.core.generators import uring

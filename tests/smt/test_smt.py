@@ -14,6 +14,7 @@ from synth.core.io import write_frontier
 from synth.core.library import resolve_topology
 from synth.core.schedule import Status
 from synth.core.symmetry import collective_symmetries
+from synth.sat.answer import WORK_SPENT
 from synth.smt.encoding import SmtInstance
 from synth.smt.strategies import least_steps, pareto, solve_instance
 from synth.verify import load_schedule, verify
@@ -64,14 +65,14 @@ def test_below_the_steps_bound_is_infeasible_not_timeout():
 
 def test_a_timeout_is_reported_as_timeout():
     # z3's work budget (rlimit) is deterministic: this feasible instance needs ~3.6M units, so
-    # 100k run out on any machine, however fast; no time limit is involved
+    # 0.01 work seconds (100k units) run out on any machine, however fast; no time limit is involved
     topo = resolve_topology("dgx1")
     inst = SmtInstance(topo, allgather(8, 6), 3, 7)
-    result = inst.check([inst.total_literal(7)], rlimit=100_000)
+    result = inst.check([inst.total_literal(7)], work=0.01)
     assert result.status == Status.TIMEOUT and result.schedule is None
-    assert result.message == "work budget (rlimit) spent"
+    assert result.message == WORK_SPENT
     # the instance is feasible: a TIMEOUT there is not a proof, and the solver still answers
-    solved = inst.check([inst.total_literal(7)], rlimit=100_000_000)
+    solved = inst.check([inst.total_literal(7)], work=10.0)
     assert solved.status == Status.SOLVED and verify(solved.schedule) == []
 
 
@@ -117,32 +118,36 @@ def test_rounds_bound_is_met_on_hypercube_at_one_chunk():
     assert frontier.points[-1].ratio == Fraction(bounds.rounds_per_chunk)
 
 
-def test_cnf_cardinality_rows_are_exact():
+@pytest.mark.parametrize("engine", ["z3", "cadical"])
+def test_cnf_cardinality_rows_are_exact(engine):
     import itertools
 
-    import z3
-
+    from synth.sat.answer import Verdict
+    from synth.sat.engines import make_engine
     from synth.smt.cardinality import CnfBuilder
+
+    def sat(cnf, *lits) -> bool:
+        return make_engine(engine, cnf.formula).check(list(lits)).verdict == Verdict.SAT
 
     for n in range(1, 7):
         for k in range(n + 1):
             cnf = CnfBuilder()
-            cnf._init_cnf(0, ())
+            cnf._init_cnf()
             xs = [cnf._var(f"x{i}") for i in range(n)]
             guard = cnf._var("g")
             cnf._at_most(xs, k, (-guard,))
             count = cnf._counter(xs, max(1, k))  # truncated: count[i] <-> at least i + 1
             for values in itertools.product([False, True], repeat=n):
-                fixed = [cnf._ref(x if v else -x) for x, v in zip(xs, values)]
+                fixed = [x if v else -x for x, v in zip(xs, values)]
                 ones = sum(values)
-                assert (cnf._solver.check(cnf._ref(guard), *fixed) == z3.sat) == (ones <= k)
+                assert sat(cnf, guard, *fixed) == (ones <= k)
                 for i, out in enumerate(count):
-                    wrong = cnf._ref(-out if ones >= i + 1 else out)
-                    assert cnf._solver.check(cnf._ref(-guard), *fixed, wrong) == z3.unsat
+                    wrong = -out if ones >= i + 1 else out
+                    assert not sat(cnf, -guard, *fixed, wrong)
     for lengths in [(3,), (2, 3), (3, 1, 2), (1, 2, 2, 1)]:  # sums of unary numbers
         for k in range(sum(lengths) + 1):
             cnf = CnfBuilder()
-            cnf._init_cnf(0, ())
+            cnf._init_cnf()
             rows = [[cnf._var(f"r{i}_{j}") for j in range(n)] for i, n in enumerate(lengths)]
             for row in rows:
                 for j in range(1, len(row)):
@@ -150,8 +155,8 @@ def test_cnf_cardinality_rows_are_exact():
             guard = cnf._var("g")
             cnf._at_most_unary_sum(rows, k, (-guard,))
             for values in itertools.product(*[range(n + 1) for n in lengths]):
-                fixed = [cnf._ref(x if j < v else -x) for row, v in zip(rows, values) for j, x in enumerate(row)]
-                assert (cnf._solver.check(cnf._ref(guard), *fixed) == z3.sat) == (sum(values) <= k)
+                fixed = [x if j < v else -x for row, v in zip(rows, values) for j, x in enumerate(row)]
+                assert sat(cnf, guard, *fixed) == (sum(values) <= k)
 
 
 @pytest.mark.parametrize("topo_name, name, root, steps, chunks", [
@@ -178,7 +183,7 @@ def test_implied_saturation_rows_never_change_a_verdict(topo_name, name, root, s
 def test_a_renewed_solver_keeps_every_constraint():
     inst = SmtInstance(resolve_topology("ring:4"), allgather(4, 2), 2, 6)
     before = [inst.solve(r).status for r in range(2, 7)]
-    inst._renew_solver()
+    inst.engine.renew()
     assert [inst.solve(r).status for r in range(2, 7)] == before
     result = inst.solve(6)
     assert result.status == Status.SOLVED and verify(result.schedule) == []
@@ -196,7 +201,7 @@ def test_renewals_between_checks_keep_rows_added_at_any_time():
     for rounds in (7, 3, 6, 4, 5):
         assert inst.solve(rounds).status == fresh[rounds - 3]  # its rows go to a working solver
         asked.append(rounds)
-        inst._renew_solver()  # what a timed-out check does
+        inst.engine.renew()  # what a timed-out check does
         assert [inst.solve(r).status for r in asked] == [fresh[r - 3] for r in asked]
 
 
@@ -210,18 +215,18 @@ def test_a_finding_search_spends_its_work_on_the_first_splits():
         def __init__(self, answer_at: int):
             self.calls, self.answer_at = [], answer_at
 
-        def solve_split(self, split, time_limit=None, rlimit=None):
-            self.calls.append((split, rlimit))
-            found = split == (0,) and rlimit >= self.answer_at
+        def solve_split(self, split, time_limit=None, work=None):
+            self.calls.append((split, work))
+            found = split == (0,) and work >= self.answer_at
             return SolveResult(Status.SOLVED if found else Status.TIMEOUT, None, 0.0)
 
     splits = [(i,) for i in range(100)]
-    needs = 16 * session.RLIMIT_START  # the first split's schedule takes the third pass
+    needs = 16 * session.WORK_START  # the first split's schedule takes the third pass
     finder = Recorder(needs)
     assert session._run(finder, 0, splits, None, finding=True).status == Status.SOLVED
     tried = {split for split, _ in finder.calls}
     assert len(tried) < len(splits) and (0,) in tried and (99,) not in tried
-    assert all(rlimit >= session.RLIMIT_START for _, rlimit in finder.calls)
+    assert all(work >= session.WORK_START for _, work in finder.calls)
     prover = Recorder(needs)
     assert session._run(prover, 0, splits, None).status == Status.SOLVED
     assert {split for split, _ in prover.calls} == set(splits)

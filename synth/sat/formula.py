@@ -1,0 +1,100 @@
+"""A CNF formula under construction: what the SMT encodings build and every SAT engine reads.
+
+Variables are 1..n; a literal is v or -v (DIMACS). Clauses live in one flat int32 array, each
+ended by 0, so a million clauses cost a few megabytes rather than a million Python tuples.
+The formula only grows: an engine that has read it up to some ``size`` later reads on from
+there (``clauses_from``), which is how incremental engines stay in step with an encoding that
+adds rows lazily (a rounds budget's selector rows).
+
+>>> f = Formula()
+>>> a, b = f.new_var(), f.new_var()
+>>> f.add_clause([a, -b]); f.add_clause([b])
+>>> f.num_vars, f.num_clauses, list(f.clauses_from(0))
+(2, 2, [[1, -2], [2]])
+>>> print(f.dimacs(units=[-1]).decode(), end="")
+p cnf 2 3
+1 -2 0
+2 0
+-1 0
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+
+class Formula:
+    """Variables and clauses; ``size`` is how many ints the clause array holds (a position
+    to read on from)."""
+
+    def __init__(self) -> None:
+        self.literals = array("i")
+        self.num_vars = 0
+        self.num_clauses = 0
+        self._text = bytearray()  # DIMACS lines of the clauses up to _text_upto
+        self._text_upto = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.literals)
+
+    def new_var(self) -> int:
+        self.num_vars += 1
+        return self.num_vars
+
+    def add_clause(self, lits: Sequence[int]) -> None:
+        """Append a clause (non-zero ints, each variable already made)."""
+        self.literals.extend(lits)
+        self.literals.append(0)
+        self.num_clauses += 1
+
+    def clauses_from(self, position: int) -> Iterator[list[int]]:
+        """The clauses stored from ``position`` (a ``size`` read earlier) on."""
+        clause: list[int] = []
+        for lit in self.literals[position:]:
+            if lit:
+                clause.append(lit)
+            else:
+                yield clause
+                clause = []
+
+    def count_from(self, position: int) -> int:
+        """How many clauses are stored from ``position`` on."""
+        return int(np.count_nonzero(self.array(position) == 0))
+
+    def array(self, position: int = 0) -> np.ndarray:
+        """The flat clause array from ``position`` on (a view: no copy)."""
+        return np.frombuffer(self.literals, dtype=np.int32)[position:]
+
+    def dimacs(self, units: Sequence[int] = ()) -> bytes:
+        """The formula in DIMACS, with each of ``units`` as a unit clause after it."""
+        body = self._body()
+        extra = "".join(f"{lit} 0\n" for lit in units).encode()
+        header = f"p cnf {self.num_vars} {self.num_clauses + len(units)}\n".encode()
+        return header + body + extra
+
+    def digest(self, units: Sequence[int] = ()) -> str:
+        """sha256 of ``dimacs(units)``: what names a refuted formula."""
+        return hashlib.sha256(self.dimacs(units)).hexdigest()
+
+    def _body(self) -> bytes:
+        """The clause lines, converted once and extended as the formula grows."""
+        if self._text_upto < self.size:
+            self._text += clause_lines(self.array(self._text_upto))
+            self._text_upto = self.size
+        return bytes(self._text)
+
+
+def clause_lines(flat: np.ndarray) -> bytes:
+    """DIMACS lines of a flat 0-ended clause array: one clause a line."""
+    ends = np.flatnonzero(flat == 0).tolist()
+    values = flat.tolist()
+    lines, start = [], 0
+    for end in ends:
+        lines.append(" ".join(map(str, values[start:end + 1])))
+        start = end + 1
+    return ("\n".join(lines) + "\n").encode() if lines else b""

@@ -1,0 +1,111 @@
+"""SAT engines under the encoding: the same verdicts from every engine, models that satisfy
+every clause, budgets that proves nothing, and proofs an independent checker accepts."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synth.core.collectives import allgather, make_collective
+from synth.core.library import resolve_topology
+from synth.core.schedule import Status
+from synth.sat import ENGINES, PROOF_ENGINES
+from synth.sat.answer import WORK_SPENT, Verdict
+from synth.sat.engines import available, make_engine
+from synth.sat.formula import Formula
+from synth.sat.proofs import check_drat
+from synth.smt.encoding import SmtInstance, SmtOptions
+from synth.verify import verify
+
+INSTALLED = [name for name in ENGINES if available(name)]
+
+
+def _satisfies(formula: Formula, model) -> bool:
+    return all(any(model[abs(lit)] == (lit > 0) for lit in clause) for clause in formula.clauses_from(0))
+
+
+@st.composite
+def small_formulas(draw):
+    """Random 3-CNF near the threshold (both verdicts occur) and some assumptions."""
+    n = draw(st.integers(3, 12))
+    clauses = draw(st.lists(st.lists(st.integers(1, n).flatmap(lambda v: st.sampled_from([v, -v])),
+                                     min_size=1, max_size=3), min_size=1, max_size=int(4.5 * n)))
+    assumptions = draw(st.lists(st.integers(1, n).flatmap(lambda v: st.sampled_from([v, -v])), max_size=3))
+    formula = Formula()
+    for _ in range(n):
+        formula.new_var()
+    for clause in clauses:
+        formula.add_clause(clause)
+    return formula, assumptions
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_formulas())
+def test_every_engine_gives_the_same_verdict_and_sound_models(case):
+    formula, assumptions = case
+    answers = {name: make_engine(name, formula).check(assumptions) for name in INSTALLED}
+    assert len({answer.verdict for answer in answers.values()}) == 1, answers
+    for answer in answers.values():
+        if answer.verdict == Verdict.SAT:
+            assert _satisfies(formula, answer.model)
+            assert all(answer.value(lit) for lit in assumptions)
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_formulas())
+def test_an_unsat_answer_comes_with_a_proof_the_checker_accepts(case):
+    formula, assumptions = case
+    for name in [e for e in PROOF_ENGINES if e in INSTALLED]:
+        answer = make_engine(name, formula).check(assumptions, proof=True)
+        if answer.verdict == Verdict.UNSAT:
+            assert check_drat(formula.dimacs(assumptions), answer.proof) is None
+            # the same proof does not refute the formula without the assumptions when that one is SAT
+            if make_engine(name, formula).check([]).verdict == Verdict.SAT:
+                assert check_drat(formula.dimacs(), answer.proof) is not None
+
+
+def test_incremental_engines_read_clauses_added_after_a_check():
+    formula = Formula()
+    a, b = formula.new_var(), formula.new_var()
+    formula.add_clause([a, b])
+    engines = [make_engine(name, formula) for name in INSTALLED]
+    assert all(e.check([-a]).verdict == Verdict.SAT for e in engines)
+    formula.add_clause([-b])
+    assert all(e.check([-a]).verdict == Verdict.UNSAT for e in engines)
+    assert all(e.check([]).verdict == Verdict.SAT for e in engines)
+
+
+@pytest.mark.parametrize("engine", INSTALLED)
+def test_a_spent_work_budget_is_unknown_and_the_engine_still_answers(engine):
+    """dgx1 allgather (3, 7, 6) is feasible; a tiny budget proves nothing on any machine."""
+    inst = SmtInstance(resolve_topology("dgx1"), allgather(8, 6), 3, 7, SmtOptions(sat=engine))
+    spent = inst.check([inst.total_literal(7)], work=0.0001)
+    assert spent.status == Status.TIMEOUT and spent.message == WORK_SPENT
+    solved = inst.check([inst.total_literal(7)], work=30.0)
+    assert solved.status == Status.SOLVED and verify(solved.schedule) == []
+
+
+@pytest.mark.parametrize("topo, name, root, steps, chunks", [
+    ("uring:4", "allgather", None, 3, 2), ("line:4", "broadcast", 0, 3, 2), ("hypercube:2", "alltoall", None, 2, 1),
+    ("ring:4", "scatter", 1, 2, 2)])
+def test_every_engine_gives_each_budget_the_same_verdict(topo, name, root, steps, chunks):
+    topology = resolve_topology(topo)
+    coll = make_collective(name, topology.ranks, root=root, chunks=chunks)
+    verdicts = {}
+    for engine in INSTALLED:
+        inst = SmtInstance(topology, coll, steps, 3 * steps, SmtOptions(sat=engine))
+        verdicts[engine] = []
+        for rounds in range(steps, 3 * steps + 1):
+            result = inst.solve(rounds, time_limit=60)
+            assert result.schedule is None or verify(result.schedule) == []
+            verdicts[engine].append(result.status)
+    assert len({tuple(v) for v in verdicts.values()}) == 1, verdicts
+    assert Status.SOLVED in verdicts[INSTALLED[0]]
+
+
+def test_z3_refuses_to_prove():
+    formula = Formula()
+    formula.add_clause([formula.new_var()])
+    with pytest.raises(ValueError, match="DRAT"):
+        make_engine("z3", formula).check([], proof=True)
