@@ -57,12 +57,17 @@ def add_sat_option(p: argparse.ArgumentParser) -> None:
                         "measured in docs/smt.md)")
 
 
-def smt_options(args, certify: bool = False):
-    """The SmtOptions of ``--sat`` (its engine resolved; one line when it is not installed)."""
+def smt_options(args, certify: bool = False, portfolio: int = 1):
+    """The SmtOptions of ``--sat`` (its engine resolved; one line when it is not installed),
+    ``--certify`` and a portfolio of that many racing engines."""
+    from synth.core.errors import InputError
     from synth.sat.choice import resolve_sat
     from synth.smt.encoding import SmtOptions
 
-    return SmtOptions(sat=resolve_sat(getattr(args, "sat", "auto"), certify), certify=certify)
+    sat = resolve_sat(getattr(args, "sat", "auto"), certify)
+    if portfolio > 1 and sat == "z3":
+        raise InputError("a portfolio (--jobs > 1) races cadical and kissat: use --sat cadical, kissat or auto")
+    return SmtOptions(sat=sat, certify=certify, portfolio=portfolio)
 
 
 def add_coll_options(p: argparse.ArgumentParser) -> None:

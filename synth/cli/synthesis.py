@@ -62,8 +62,9 @@ def add_synthesis_parsers(sub) -> None:
     p.add_argument("--direct", action="store_true",
                    help="allreduce: also search the direct encoding (overlapping reduce/copy trees; slower)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="run independent sweeps side by side in N processes (allreduce: its reduce-scatter and "
-                        "allgather frontiers; default 1)")
+                   help="N engines and seeds race on every SAT check, the first answer wins (a portfolio; "
+                        "allreduce: its reduce-scatter and allgather frontiers side by side, each with N/2; "
+                        "default 1)")
     add_sat_option(p)
     p.add_argument("--certify", action="store_true",
                    help="every infeasible budget gets a certificate, checked before it prunes anything: DRAT "
@@ -224,6 +225,11 @@ def _frontier_state(frontier, bound: str | None) -> str:
             "none within --max-chunks reaches it)")
 
 
+def _portfolio(args) -> int:
+    """Racing engines per check: --jobs, shared by allreduce's two part frontiers."""
+    return max(1, args.jobs // 2) if args.collective == "allreduce" else args.jobs
+
+
 def cmd_pareto(args) -> int:
     from synth.core.errors import InputError
     from synth.core.io import write_frontier
@@ -235,7 +241,8 @@ def cmd_pareto(args) -> int:
         raise InputError(f"--max-chunks must be at least 1, got {args.max_chunks}")
     topo = topology_of(args.topology)
     frontier = pareto(topo, args.collective, args.root, args.max_chunks, args.time_limit, progress,
-                      options=smt_options(args, args.certify), direct_allreduce=args.direct, jobs=args.jobs)
+                      options=smt_options(args, args.certify, _portfolio(args)), direct_allreduce=args.direct,
+                      jobs=args.jobs)
     path = write_frontier(args.output, frontier)
     if args.certify:
         from synth.smt.proof_files import write_certificates

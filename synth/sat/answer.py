@@ -13,6 +13,7 @@ import numpy as np
 
 WORK_SPENT = "work budget spent"
 TIME_SPENT = "time limit"
+STOPPED = "stopped: another engine answered first"
 
 
 class Verdict(enum.StrEnum):

@@ -26,6 +26,7 @@ import resource
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from synth.sat import ENGINES, PROOF_ENGINES  # noqa: F401 - re-exported
-from synth.sat.answer import TIME_SPENT, WORK_SPENT, Answer, Verdict
+from synth.sat.answer import STOPPED, TIME_SPENT, WORK_SPENT, Answer, Verdict
 from synth.sat.formula import Formula
 
 # work units per work second (docs/smt.md, "SAT engines"): one work second is z3's 10M rlimit units
@@ -42,6 +43,7 @@ from synth.sat.formula import Formula
 Z3_RLIMIT_PER_SECOND = 10_000_000
 CADICAL_CONFLICTS_PER_SECOND = 10_000
 CADICAL_SLICE = 10_000  # conflicts between two looks at the clock (python-sat's CaDiCaL cannot be interrupted)
+PORTFOLIO_SLICE = 2_000  # and between two looks at a racing portfolio's stop flag
 KISSAT_CONFLICTS_PER_SECOND = 10_000
 WORK_RATES = {"z3": Z3_RLIMIT_PER_SECOND, "cadical": CADICAL_CONFLICTS_PER_SECOND,
               "kissat": KISSAT_CONFLICTS_PER_SECOND}
@@ -74,17 +76,19 @@ class Engine:
         self.formula, self.seed, self.memory_mb = formula, seed, memory_mb
 
     def check(self, assumptions: Sequence[int], work: float | None = None, seconds: float | None = None,
-              proof: bool = False) -> Answer:
+              proof: bool = False, stop: threading.Event | None = None) -> Answer:
         """Is the formula satisfiable with every literal of ``assumptions`` true? ``work``: work
         seconds, ``seconds``: wall-clock seconds (either spent: UNKNOWN); ``proof``: an UNSAT
-        answer carries its DRAT proof."""
+        answer carries its DRAT proof; ``stop``: set by another thread, it ends the check
+        (UNKNOWN, STOPPED) as soon as the engine can tell."""
         started = time.perf_counter()
         try:
-            return self._check(list(assumptions), work, seconds, proof)
+            return self._check(list(assumptions), work, seconds, proof, stop)
         finally:
             _SPENT[self.name] = _SPENT.get(self.name, 0.0) + time.perf_counter() - started
 
-    def _check(self, assumptions: list[int], work: float | None, seconds: float | None, proof: bool) -> Answer:
+    def _check(self, assumptions: list[int], work: float | None, seconds: float | None, proof: bool,
+               stop: threading.Event | None) -> Answer:
         raise NotImplementedError
 
 
@@ -104,7 +108,7 @@ class Z3Engine(Engine):
 
         self._feed = Z3Feed(formula, seed, self.SAT_PARAMS, memory_mb)
 
-    def _check(self, assumptions, work, seconds, proof) -> Answer:
+    def _check(self, assumptions, work, seconds, proof, stop=None) -> Answer:
         if proof:
             raise ValueError("z3 writes no DRAT proof: certify with cadical or kissat")
         return self._feed.check(assumptions, work_units("z3", work), seconds)
@@ -136,16 +140,16 @@ class CadicalEngine(Engine):
             self._fed = self.formula.size
         return self._solver
 
-    def _check(self, assumptions, work, seconds, proof) -> Answer:
+    def _check(self, assumptions, work, seconds, proof, stop=None) -> Answer:
         conflicts = work_units("cadical", work)
         if proof:
             solver = _new_cadical(self.seed, with_proof=True)
             solver.append_formula(list(self.formula.clauses_from(0)))
             solver.append_formula([[lit] for lit in assumptions])
-            answer = _cadical_answer(solver, [], conflicts, seconds, self.formula.num_vars, proof=True)
+            answer = _cadical_answer(solver, [], conflicts, seconds, self.formula.num_vars, stop, proof=True)
             solver.delete()
             return answer
-        return _cadical_answer(self._synced(), list(assumptions), conflicts, seconds, self.formula.num_vars)
+        return _cadical_answer(self._synced(), list(assumptions), conflicts, seconds, self.formula.num_vars, stop)
 
     def __del__(self) -> None:
         if getattr(self, "_solver", None) is not None:
@@ -167,20 +171,23 @@ def _new_cadical(seed: int, with_proof: bool = False):
 
 
 def _cadical_answer(solver, assumptions: list[int], conflicts: int | None, seconds: float | None,
-                    num_vars: int, proof: bool = False) -> Answer:
+                    num_vars: int, stop: threading.Event | None = None, proof: bool = False) -> Answer:
     """One check in slices of CADICAL_SLICE conflicts (python-sat's CaDiCaL cannot be
-    interrupted, so the clock is read between slices; the slices depend on the counts only,
-    so a budget gives the same answer however loaded the machine is)."""
-    if conflicts is None and seconds is None:
+    interrupted, so the clock and ``stop`` are read between slices; the slices depend on the
+    counts only, so a budget gives the same answer however loaded the machine is)."""
+    if conflicts is None and seconds is None and stop is None:
         verdict = solver.solve(assumptions=assumptions)
     else:
         verdict, spent, started = None, 0, time.perf_counter()
+        size = CADICAL_SLICE if stop is None else PORTFOLIO_SLICE
         while verdict is None:
             if conflicts is not None and spent >= conflicts:
                 return Answer(Verdict.UNKNOWN, "cadical", reason=WORK_SPENT)
             if seconds is not None and time.perf_counter() - started >= seconds:
                 return Answer(Verdict.UNKNOWN, "cadical", reason=TIME_SPENT)
-            step = CADICAL_SLICE if conflicts is None else min(CADICAL_SLICE, conflicts - spent)
+            if stop is not None and stop.is_set():
+                return Answer(Verdict.UNKNOWN, "cadical", reason=STOPPED)
+            step = size if conflicts is None else min(size, conflicts - spent)
             before = solver.accum_stats().get("conflicts", 0)
             solver.conf_budget(step)
             verdict = solver.solve_limited(assumptions=assumptions)
@@ -211,7 +218,7 @@ class KissatEngine(Engine):
         super().__init__(formula, seed, memory_mb)
         self.binary = kissat_binary()
 
-    def _check(self, assumptions, work, seconds, proof) -> Answer:
+    def _check(self, assumptions, work, seconds, proof, stop=None) -> Answer:
         conflicts = work_units("kissat", work)
         with tempfile.TemporaryDirectory(prefix="synth-kissat-") as folder:
             cnf, trace = Path(folder) / "f.cnf", Path(folder) / "f.drat"
@@ -223,12 +230,34 @@ class KissatEngine(Engine):
                 command.insert(1, f"--time={max(1, math.ceil(seconds))}")
             if proof:
                 command[-1:] = [str(cnf), "--no-binary", str(trace)]
-            try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=_kill_after(seconds),
-                                      preexec_fn=_memory_cap(self.memory_mb))
-            except subprocess.TimeoutExpired:
-                return Answer(Verdict.UNKNOWN, "kissat", reason=TIME_SPENT)
+            done = _run_until(command, _kill_after(seconds), self.memory_mb, stop)
+            if done is None:
+                return Answer(Verdict.UNKNOWN, "kissat", reason=STOPPED if stop is not None and stop.is_set()
+                              else TIME_SPENT)
             return _kissat_answer(done, self.formula.num_vars, trace if proof else None, conflicts)
+
+
+def _run_until(command: list[str], timeout: float | None, memory_mb: int,
+               stop: threading.Event | None) -> subprocess.CompletedProcess | None:
+    """Run ``command`` to its end; None when ``timeout`` seconds pass or ``stop`` is set first
+    (the process is killed)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, preexec_fn=_memory_cap(memory_mb))
+        started = time.perf_counter()
+        while process.poll() is None:
+            late = timeout is not None and time.perf_counter() - started > timeout
+            if late or (stop is not None and stop.is_set()):
+                process.kill()
+                process.wait()
+                return None
+            try:
+                process.wait(timeout=0.02)
+            except subprocess.TimeoutExpired:
+                pass
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
 
 
 def kissat_binary() -> str:

@@ -57,6 +57,7 @@ class SmtOptions:
     memory_mb: int = 4096  # an engine gives up (an unknown, not a proof) beyond this
     sat: str = "z3"  # the SAT engine: z3, cadical or kissat (``synth.sat.engines``)
     certify: bool = False  # every exact UNSAT carries a checked DRAT proof (``synth.smt.certificates``)
+    portfolio: int = 1  # > 1: that many engines and seeds race on every check (``synth.sat.portfolio``)
 
     def encoding_fields(self) -> tuple[tuple[str, object], ...]:
         """The fields that shape the formula (what a certificate names to rebuild it)."""
@@ -433,7 +434,12 @@ class SmtInstance(CnfBuilder):
     @property
     def engine(self) -> Engine:
         """The SAT engine the checks run on (made at the first check)."""
-        if self._engine is None:
+        if self._engine is None and self.options.portfolio > 1:
+            from synth.sat.portfolio import PortfolioEngine
+
+            self._engine = PortfolioEngine(self.formula, self.options.sat, self.options.portfolio,
+                                           self.options.memory_mb)
+        elif self._engine is None:
             self._engine = make_engine(self.options.sat, self.formula, self.options.random_seed,
                                        self.options.memory_mb)
         return self._engine

@@ -109,3 +109,29 @@ def test_z3_refuses_to_prove():
     formula.add_clause([formula.new_var()])
     with pytest.raises(ValueError, match="DRAT"):
         make_engine("z3", formula).check([], proof=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(small_formulas(), st.sampled_from(["cadical", "kissat"]), st.integers(2, 4))
+def test_a_portfolio_answers_as_its_members_do(case, first, count):
+    from synth.sat.portfolio import PortfolioEngine
+
+    formula, assumptions = case
+    alone = make_engine("cadical", formula).check(assumptions).verdict
+    raced = PortfolioEngine(formula, first, count).check(assumptions, proof=True)
+    assert raced.verdict == alone
+    if raced.verdict == Verdict.SAT:
+        assert _satisfies(formula, raced.model) and all(raced.value(lit) for lit in assumptions)
+    else:
+        assert check_drat(formula.dimacs(assumptions), raced.proof) is None
+
+
+def test_a_portfolio_with_a_spent_budget_proves_nothing():
+    from synth.sat.portfolio import PortfolioEngine
+
+    inst = SmtInstance(resolve_topology("dgx1"), allgather(8, 6), 3, 7, SmtOptions(sat="cadical", portfolio=3))
+    assert isinstance(inst.engine, PortfolioEngine)
+    spent = inst.check([inst.total_literal(7)], work=0.0001)
+    assert spent.status == Status.TIMEOUT
+    solved = inst.check([inst.total_literal(7)], work=30.0)
+    assert solved.status == Status.SOLVED and verify(solved.schedule) == []

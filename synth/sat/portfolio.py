@@ -1,0 +1,75 @@
+"""A portfolio: several engines (or seeds) race on one check; the first answer wins.
+
+Each member gets the same work budget; a member that answers SAT or UNSAT stops the others
+(Kissat's process is killed, CaDiCaL stops at its next slice of ``PORTFOLIO_SLICE`` conflicts).
+An UNKNOWN comes back only when every member's budget or the clock ran out. Members are sound,
+so they never disagree on a verdict: with work budgets, *whether* a check is answered is the
+same as in a serial run of the members, and only *which* member's model (schedule) comes first
+may differ from run to run. With proofs on, the winner's UNSAT carries its own proof.
+
+Members run in threads: CaDiCaL (python-sat) releases the GIL while it searches, and Kissat
+runs in a process of its own. z3 is not a member (its checks cannot be stopped from another
+thread without ending the process's other checks too).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from synth.sat.answer import TIME_SPENT, Answer, Verdict
+from synth.sat.engines import PORTFOLIO_SLICE, Engine, make_engine  # noqa: F401 - named in the doc
+from synth.sat.formula import Formula
+
+
+def members(first: str, count: int) -> list[tuple[str, int]]:
+    """(engine, seed) of ``count`` members: ``first`` with seed 0, the other proof engine, then
+    both again with the next seeds.
+
+    >>> members("kissat", 3)
+    [('kissat', 0), ('cadical', 0), ('kissat', 1)]
+    """
+    other = "kissat" if first == "cadical" else "cadical"
+    order = [first, other]
+    return [(order[i % 2], i // 2) for i in range(count)]
+
+
+class PortfolioEngine(Engine):
+    """``count`` members over one formula (``members``); ``check`` returns the first answer."""
+
+    name = "portfolio"
+
+    def __init__(self, formula: Formula, first: str, count: int, memory_mb: int = 4096) -> None:
+        super().__init__(formula, 0, memory_mb)
+        self.members = [make_engine(name, formula, seed, memory_mb) for name, seed in members(first, count)]
+
+    def _check(self, assumptions, work, seconds, proof, stop=None) -> Answer:
+        stop = threading.Event()
+        answers: list[Answer] = []
+        lock = threading.Lock()
+
+        def run(member: Engine) -> None:
+            answer = member.check(assumptions, work, seconds, proof, stop=stop)
+            with lock:
+                answers.append(answer)
+                if answer.verdict != Verdict.UNKNOWN:
+                    stop.set()
+
+        threads = [threading.Thread(target=run, args=(member,), daemon=True) for member in self.members]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return _first_answer(answers)
+
+
+def _first_answer(answers: Sequence[Answer]) -> Answer:
+    """The first SAT/UNSAT answer; else an UNKNOWN (an engine failure first, then a spent budget)."""
+    for answer in answers:
+        if answer.verdict != Verdict.UNKNOWN:
+            return answer
+    failed = [answer for answer in answers if answer.error]
+    if failed:
+        return failed[0]
+    spent = [answer for answer in answers if answer.reason != TIME_SPENT]
+    return (spent or list(answers))[0]
