@@ -1,7 +1,10 @@
 """SMT synthesis benchmark: the frontier and least-steps runs of issue 3, timed, with peak memory.
 
-Run: python benchmarks/smt_frontiers.py [--quick] [--only TEXT ...]
-Each instance runs in a fresh process (so peak memory is its own). The SCCL/msccl-tools
+Run: python benchmarks/smt_frontiers.py [--quick] [--only TEXT ...] [--sat ENGINE] [--certify]
+Each instance runs in a fresh process (so peak memory is its own). ``--sat``: the SAT engine
+under the encoding (z3, cadical, kissat, auto); the "solver s" column is the time spent inside
+the engine's checks (no encoding, LP or start-up time). ``--certify``: the walk certifies every
+infeasible budget, and the last column is what ``synth check-proof`` takes on the certificates. The SCCL/msccl-tools
 figures are the ones recorded in the shared reference (peers.md, measured on a 2-core machine
 like ours); the ring column is measured here, in the same run: the best frontier point's
 time at 1 GiB against the topology-aware ring baseline's, both in the contract cost model.
@@ -43,25 +46,36 @@ INSTANCES = [
     ("hypercube:4 allreduce pareto", "pareto", "hypercube:4", "allreduce", None, {"time_limit": 120}, "-"),
 ]
 QUICK = {"dgx1 allgather pareto", "ring:8 allgather pareto", "dgx2 allgather least-steps"}
+# the rows docs/smt.md compares the SAT engines on (issue 29); mi250 runs ~15 min an engine
+ENGINE_ROWS = {"dgx1 allgather pareto", "dgx1 allreduce pareto", "dgx1 alltoall pareto C<=3", "dgx1 gather(0) pareto",
+               "dgx1 broadcast(0) pareto", "torus:4x4 alltoall pareto", "torus:4x4 allreduce pareto",
+               "hypercube:4 allgather pareto", "hypercube:4 allreduce pareto", "mi250 allgather pareto"}
 
 
-def _run(kind, topo_name, coll, root, kwargs, out):
+def _run(kind, topo_name, coll, root, kwargs, sat, certify, out):
     from synth.baselines import build_baseline
     from synth.core.library import resolve_topology
     from synth.cost import best_protocol
+    from synth.sat.choice import resolve_sat
+    from synth.sat.engines import engine_seconds
+    from synth.smt.encoding import SmtOptions
     from synth.smt.strategies import least_steps, pareto
 
     topo = resolve_topology(topo_name)
+    options = SmtOptions(sat=resolve_sat(sat, certify), certify=certify)
     started = time.perf_counter()
+    checked = "-"
     if kind == "pareto":
-        frontier = pareto(topo, coll, root, **{"time_limit": 300, **kwargs})
+        frontier = pareto(topo, coll, root, **{"time_limit": 300, **kwargs}, options=options)
         points = [(p.steps, p.rounds, p.chunks) for p in frontier.points]
         schedules = [p.schedule for p in frontier.points]
         verdict = "complete" if frontier.complete else "incomplete"
         if frontier.note and "not reached" in frontier.note:
             verdict += " (rounds bound unreachable)"
+        if certify:
+            checked = _check_again(frontier)
     else:
-        result, _ = least_steps(topo, coll, root, time_limit=300, **kwargs)
+        result, _ = least_steps(topo, coll, root, time_limit=300, **kwargs, options=options)
         meta = result.schedule.meta if result.schedule else {}
         points = [(meta.get("steps"), meta.get("rounds"), meta.get("chunks"))] if result.schedule else []
         schedules = [result.schedule] if result.schedule else []
@@ -75,7 +89,25 @@ def _run(kind, topo_name, coll, root, kwargs, out):
     except Exception:  # noqa: BLE001 - a collective NCCL lacks only blanks the column
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out.put((points, verdict, seconds, peak, ring_ratio))
+    solver = sum(engine_seconds().values())
+    out.put((points, verdict, seconds, solver, options.sat, checked, peak, ring_ratio))
+
+
+def _check_again(frontier) -> str:
+    """Write the frontier's certificates and time ``synth check-proof`` on them: "N in S s"."""
+    import tempfile
+
+    from synth.core.io import write_frontier
+    from synth.smt.proof_files import check_folder, write_certificates
+
+    with tempfile.TemporaryDirectory() as folder:
+        write_frontier(folder, frontier)
+        count = write_certificates(folder, frontier.topology, frontier.attempts)
+        began = time.perf_counter()
+        verdicts = check_folder(folder)
+        seconds = time.perf_counter() - began
+    held = sum(v.problem is None for v in verdicts)
+    return f"{held}/{count} in {seconds:.2f} s"
 
 
 def main() -> int:
@@ -83,23 +115,27 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="three representative instances only")
     parser.add_argument("--only", metavar="TEXT", action="append",
                         help="only the instances whose label contains TEXT (repeatable)")
+    parser.add_argument("--engine-rows", action="store_true", help="only the rows the SAT engines are compared on")
+    parser.add_argument("--sat", default="auto", help="the SAT engine: z3, cadical, kissat or auto (default)")
+    parser.add_argument("--certify", action="store_true", help="certify infeasible budgets and time check-proof")
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
-    print("| instance | frontier / result (S,R,C) | verdict | seconds | peak MiB | SCCL (peers.md) "
-          "| NCCL time / ours at 1 GiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| instance | frontier / result (S,R,C) | verdict | seconds | solver s (engine) | certificates checked "
+          "| peak MiB | SCCL (peers.md) | NCCL time / ours at 1 GiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, kind, topo, coll, root, kwargs, sccl in INSTANCES:
-        if args.quick and label not in QUICK:
+        if (args.quick and label not in QUICK) or (args.engine_rows and label not in ENGINE_ROWS):
             continue
         if args.only and not any(text in label for text in args.only):
             continue
         out = ctx.Queue()
-        proc = ctx.Process(target=_run, args=(kind, topo, coll, root, kwargs, out))
+        proc = ctx.Process(target=_run, args=(kind, topo, coll, root, kwargs, args.sat, args.certify, out))
         proc.start()
-        points, verdict, seconds, peak, ring = out.get()
+        points, verdict, seconds, solver, engine, checked, peak, ring = out.get()
         proc.join()
         shown = ", ".join(f"({s},{r},{c})" for s, r, c in points)
-        print(f"| {label} | {shown} | {verdict} | {seconds:.2f} | {peak:.0f} | {sccl} | {ring} |", flush=True)
+        print(f"| {label} | {shown} | {verdict} | {seconds:.2f} | {solver:.2f} ({engine}) | {checked} | {peak:.0f} "
+              f"| {sccl} | {ring} |", flush=True)
     return 0
 
 

@@ -37,6 +37,7 @@ class Formula:
         self.num_clauses = 0
         self._text = bytearray()  # DIMACS lines of the clauses up to _text_upto
         self._text_upto = 0
+        self._whole: tuple | None = None  # (state, DIMACS without units) of the last dimacs() call
 
     @property
     def size(self) -> int:
@@ -71,11 +72,17 @@ class Formula:
         return np.frombuffer(self.literals, dtype=np.int32)[position:]
 
     def dimacs(self, units: Sequence[int] = ()) -> bytes:
-        """The formula in DIMACS, with each of ``units`` as a unit clause after it."""
+        """The formula in DIMACS, with each of ``units`` as a unit clause after it (without
+        units: one bytes object per state of the formula, shared by every caller)."""
+        if not units and self._whole is not None and self._whole[0] == (self.size, self.num_vars):
+            return self._whole[1]
         body = self._body()
         extra = "".join(f"{lit} 0\n" for lit in units).encode()
         header = f"p cnf {self.num_vars} {self.num_clauses + len(units)}\n".encode()
-        return header + body + extra
+        text = header + body + extra
+        if not units:
+            self._whole = ((self.size, self.num_vars), text)
+        return text
 
     def digest(self, units: Sequence[int] = ()) -> str:
         """sha256 of ``dimacs(units)``: what names a refuted formula."""

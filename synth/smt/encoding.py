@@ -55,7 +55,7 @@ class SmtOptions:
     out_saturate: bool = True  # implied out-saturation rows
     random_seed: int = 0
     memory_mb: int = 4096  # an engine gives up (an unknown, not a proof) beyond this
-    sat: str = "z3"  # the SAT engine: z3, cadical or kissat (``synth.sat.engines``)
+    sat: str = "auto"  # the SAT engine: z3, cadical, kissat or auto (``synth.sat.choice``)
     certify: bool = False  # every exact UNSAT carries a checked DRAT proof (``synth.smt.certificates``)
     portfolio: int = 1  # > 1: that many engines and seeds race on every check (``synth.sat.portfolio``)
 
@@ -434,14 +434,16 @@ class SmtInstance(CnfBuilder):
     @property
     def engine(self) -> Engine:
         """The SAT engine the checks run on (made at the first check)."""
+        from synth.sat.choice import resolve_sat
+
         if self._engine is None and self.options.portfolio > 1:
             from synth.sat.portfolio import PortfolioEngine
 
-            self._engine = PortfolioEngine(self.formula, self.options.sat, self.options.portfolio,
-                                           self.options.memory_mb)
+            self._engine = PortfolioEngine(self.formula, resolve_sat(self.options.sat, certify=True),
+                                           self.options.portfolio, self.options.memory_mb)
         elif self._engine is None:
-            self._engine = make_engine(self.options.sat, self.formula, self.options.random_seed,
-                                       self.options.memory_mb)
+            self._engine = make_engine(resolve_sat(self.options.sat, self.options.certify), self.formula,
+                                       self.options.random_seed, self.options.memory_mb)
         return self._engine
 
     def _decode(self, answer: Answer, seconds: float) -> Schedule:

@@ -161,3 +161,27 @@ def test_pareto_dgx1_allgather_certify_is_checked_again(tmp_path, capsys):
 def test_check_proof_on_a_folder_that_is_not_a_pareto_folder(tmp_path, capsys):
     assert main(["check-proof", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["pareto", "ring:4", "allgather", "--sat", "z3", "--certify"], "writes no DRAT"),
+    (["pareto", "ring:4", "allgather", "--sat", "z3", "--jobs", "2"], "portfolio"),
+    (["solve", "ring:4", "allgather", "--backend", "greedy", "--sat", "cadical"], "--sat applies"),
+    (["pareto", "ring:4", "allgather", "--sat", "minisat"], "invalid choice"),
+])
+def test_bad_engine_choices_are_one_line_and_write_nothing(tmp_path, capsys, argv, words):
+    folder = tmp_path / "out"
+    assert main([*argv, "-o", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("sat", ["z3", "cadical", "kissat"])
+def test_solve_with_each_engine_gives_a_schedule_that_verifies(tmp_path, sat):
+    from synth.verify import load_schedule, verify
+
+    out = tmp_path / "s.json"
+    assert main(["solve", "dgx1", "allgather", "--steps", "3", "--rounds", "7", "--chunks", "6", "--sat", sat,
+                 "-o", str(out)]) == 0
+    assert verify(load_schedule(out)) == []

@@ -15,7 +15,7 @@ from synth.core.library import resolve_topology
 from synth.core.schedule import Status
 from synth.core.symmetry import collective_symmetries
 from synth.sat.answer import WORK_SPENT
-from synth.smt.encoding import SmtInstance
+from synth.smt.encoding import SmtInstance, SmtOptions
 from synth.smt.strategies import least_steps, pareto, solve_instance
 from synth.verify import load_schedule, verify
 from tests.schedule_strategies import topologies
@@ -67,7 +67,7 @@ def test_a_timeout_is_reported_as_timeout():
     # z3's work budget (rlimit) is deterministic: this feasible instance needs ~3.6M units, so
     # 0.01 work seconds (100k units) run out on any machine, however fast; no time limit is involved
     topo = resolve_topology("dgx1")
-    inst = SmtInstance(topo, allgather(8, 6), 3, 7)
+    inst = SmtInstance(topo, allgather(8, 6), 3, 7, SmtOptions(sat="z3"))
     result = inst.check([inst.total_literal(7)], work=0.01)
     assert result.status == Status.TIMEOUT and result.schedule is None
     assert result.message == WORK_SPENT
@@ -181,7 +181,7 @@ def test_implied_saturation_rows_never_change_a_verdict(topo_name, name, root, s
 
 
 def test_a_renewed_solver_keeps_every_constraint():
-    inst = SmtInstance(resolve_topology("ring:4"), allgather(4, 2), 2, 6)
+    inst = SmtInstance(resolve_topology("ring:4"), allgather(4, 2), 2, 6, SmtOptions(sat="z3"))
     before = [inst.solve(r).status for r in range(2, 7)]
     inst.engine.renew()
     assert [inst.solve(r).status for r in range(2, 7)] == before
@@ -196,7 +196,7 @@ def test_renewals_between_checks_keep_rows_added_at_any_time():
     topology, coll = resolve_topology("uring:4"), allgather(4, 2)
     fresh = [SmtInstance(topology, coll, 3, 7).solve(r).status for r in range(3, 8)]
     assert Status.INFEASIBLE in fresh and Status.SOLVED in fresh
-    inst = SmtInstance(topology, coll, 3, 7)
+    inst = SmtInstance(topology, coll, 3, 7, SmtOptions(sat="z3"))
     asked = []
     for rounds in (7, 3, 6, 4, 5):
         assert inst.solve(rounds).status == fresh[rounds - 3]  # its rows go to a working solver
