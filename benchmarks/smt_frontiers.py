@@ -62,7 +62,8 @@ def _run(kind, topo_name, coll, root, kwargs, sat, certify, out):
     from synth.smt.strategies import least_steps, pareto
 
     topo = resolve_topology(topo_name)
-    options = SmtOptions(sat=resolve_sat(sat, certify), certify=certify)
+    resolve_sat(sat, certify)  # an engine that is not installed: fail before the run
+    options = SmtOptions(sat=sat, certify=certify)
     started = time.perf_counter()
     checked = "-"
     if kind == "pareto":
@@ -89,8 +90,10 @@ def _run(kind, topo_name, coll, root, kwargs, sat, certify, out):
     except Exception:  # noqa: BLE001 - a collective NCCL lacks only blanks the column
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    solver = sum(engine_seconds().values())
-    out.put((points, verdict, seconds, solver, options.sat, checked, peak, ring_ratio))
+    spent = engine_seconds()
+    solver = sum(spent.values())
+    engines = "+".join(sorted(spent)) or options.sat
+    out.put((points, verdict, seconds, solver, engines, checked, peak, ring_ratio))
 
 
 def _check_again(frontier) -> str:

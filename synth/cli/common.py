@@ -64,7 +64,8 @@ def smt_options(args, certify: bool = False, portfolio: int = 1):
     from synth.sat.choice import resolve_sat
     from synth.smt.encoding import SmtOptions
 
-    sat = resolve_sat(getattr(args, "sat", "auto"), certify)
+    sat = getattr(args, "sat", "auto")
+    resolve_sat(sat, certify)  # unknown, not installed or unable to certify: one line now
     if portfolio > 1 and sat == "z3":
         raise InputError("a portfolio (--jobs > 1) races cadical and kissat: use --sat cadical, kissat or auto")
     return SmtOptions(sat=sat, certify=certify, portfolio=portfolio)

@@ -111,8 +111,9 @@ def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs:
     from synth.smt.encoding import SmtOptions
     from synth.smt.strategies import pareto
 
+    resolve_sat(sat)  # unknown or not installed: one line before the search
     frontier = pareto(topology, collective, time_limit=time_limit, progress=say, jobs=jobs,
-                      options=SmtOptions(sat=resolve_sat(sat)),
+                      options=SmtOptions(sat=sat),
                       budget=FRONTIER_CALLS * time_limit)
     if not frontier.complete:
         say(f"{topology.name} {collective}: the frontier is incomplete ({frontier.note}); the report goes on "

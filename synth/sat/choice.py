@@ -1,12 +1,16 @@
 """Which SAT engine a search runs on: ``--sat z3|cadical|kissat|auto``.
 
-``auto`` takes the first installed engine of ``AUTO_ORDER``, an order set by measurement
-(``benchmarks/smt_frontiers.py --sat ENGINE``; the table is in docs/smt.md, "SAT engines"),
-not by a guess. z3 is always installed (it is a dependency of synth itself).
+``auto`` goes by the formula's size, on measurements (docs/smt.md, "SAT engines";
+``benchmarks/smt_frontiers.py --sat ENGINE``), not on a guess: up to LARGE_FORMULA clauses the
+first installed of cadical, kissat, z3 (on the nine dgx1, torus:4x4 and hypercube:4 rows, whose
+formulas have at most ~160K clauses, CaDiCaL spent 4.7-17x less time in its checks than z3, with
+the same frontiers); above it z3 first (mi250 allgather at 8-16 steps, 450K-2M clauses: z3 found
+(12, 17, 7) in 50 s, CaDiCaL and Kissat settled none of (8..16, 17, 7) in 120 s each; at 5-6
+steps, 250K clauses, CaDiCaL was still the faster). Certifying, z3 (no DRAT) is never picked.
 
 >>> resolve_sat("z3")
 'z3'
->>> resolve_sat("auto") in ("z3", "cadical", "kissat")
+>>> resolve_sat("auto", clauses=20_000) in ("cadical", "kissat", "z3")
 True
 """
 
@@ -16,17 +20,19 @@ from synth.core.errors import InputError
 from synth.sat import AUTO, CHOICES, PROOF_ENGINES
 from synth.sat.engines import available
 
+LARGE_FORMULA = 350_000  # clauses: between the largest formula CaDiCaL won on and the smallest z3 did
 AUTO_ORDER = ("cadical", "kissat", "z3")
+AUTO_ORDER_LARGE = ("z3", "cadical", "kissat")
 
 
-def resolve_sat(name: str, certify: bool = False) -> str:
-    """The engine ``name`` stands for; InputError when it is unknown or not installed, or when
-    ``certify`` asks for proofs it cannot write (z3)."""
+def resolve_sat(name: str, certify: bool = False, clauses: int = 0) -> str:
+    """The engine ``name`` stands for on a formula of ``clauses`` clauses; InputError when it is
+    unknown or not installed, or when ``certify`` asks for proofs it cannot write (z3)."""
     if name not in CHOICES:
         raise InputError(f"unknown SAT engine {name!r}; choose from {', '.join(CHOICES)}")
     if name == AUTO:
-        order = [e for e in AUTO_ORDER if not certify or e in PROOF_ENGINES]
-        for engine in order:
+        order = AUTO_ORDER_LARGE if clauses > LARGE_FORMULA else AUTO_ORDER
+        for engine in [e for e in order if not certify or e in PROOF_ENGINES]:
             if available(engine):
                 return engine
         raise InputError("no SAT engine that writes DRAT proofs is installed (pip install python-sat)")

@@ -442,8 +442,8 @@ class SmtInstance(CnfBuilder):
             self._engine = PortfolioEngine(self.formula, resolve_sat(self.options.sat, certify=True),
                                            self.options.portfolio, self.options.memory_mb)
         elif self._engine is None:
-            self._engine = make_engine(resolve_sat(self.options.sat, self.options.certify), self.formula,
-                                       self.options.random_seed, self.options.memory_mb)
+            name = resolve_sat(self.options.sat, self.options.certify, self.formula.num_clauses)
+            self._engine = make_engine(name, self.formula, self.options.random_seed, self.options.memory_mb)
         return self._engine
 
     def _decode(self, answer: Answer, seconds: float) -> Schedule:
