@@ -3,7 +3,7 @@
 ``auto`` goes by the formula's size, on measurements (docs/smt.md, "SAT engines";
 ``benchmarks/smt_frontiers.py --sat ENGINE``), not on a guess: up to LARGE_FORMULA clauses the
 first installed of cadical, kissat, z3 (on the nine dgx1, torus:4x4 and hypercube:4 rows, whose
-formulas have at most ~160K clauses, CaDiCaL spent 4.7-17x less time in its checks than z3, with
+formulas have at most 288K clauses, CaDiCaL spent 4.7-17x less time in its checks than z3, with
 the same frontiers); above it z3 first (mi250 allgather at 8-16 steps, 450K-2M clauses: z3 found
 (12, 17, 7) in 50 s, CaDiCaL and Kissat settled none of (8..16, 17, 7) in 120 s each; at 5-6
 steps, 250K clauses, CaDiCaL was still the faster). Certifying, z3 (no DRAT) is never picked.
@@ -20,7 +20,7 @@ from synth.core.errors import InputError
 from synth.sat import AUTO, CHOICES, PROOF_ENGINES
 from synth.sat.engines import available
 
-LARGE_FORMULA = 350_000  # clauses: between the largest formula CaDiCaL won on and the smallest z3 did
+LARGE_FORMULA = 350_000  # clauses: between the nine rows' largest (287K) and mi250's at 8 steps (450K)
 AUTO_ORDER = ("cadical", "kissat", "z3")
 AUTO_ORDER_LARGE = ("z3", "cadical", "kissat")
 
