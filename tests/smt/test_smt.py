@@ -126,8 +126,12 @@ def test_cnf_cardinality_rows_are_exact(engine):
     from synth.sat.engines import make_engine
     from synth.smt.cardinality import CnfBuilder
 
+    engines: dict = {}  # id -> (formula kept alive, its one incremental engine)
+
     def sat(cnf, *lits) -> bool:
-        return make_engine(engine, cnf.formula).check(list(lits)).verdict == Verdict.SAT
+        if id(cnf) not in engines or engines[id(cnf)][0] is not cnf:
+            engines[id(cnf)] = (cnf, make_engine(engine, cnf.formula))
+        return engines[id(cnf)][1].check(list(lits)).verdict == Verdict.SAT
 
     for n in range(1, 7):
         for k in range(n + 1):
