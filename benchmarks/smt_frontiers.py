@@ -56,9 +56,9 @@ def _run(kind, topo_name, coll, root, kwargs, sat, certify, out):
     from synth.baselines import build_baseline
     from synth.core.library import resolve_topology
     from synth.cost import best_protocol
-    from synth.sat.choice import resolve_sat
-    from synth.sat.engines import engine_seconds
     from synth.smt.encoding import SmtOptions
+    from synth.smt.sat.choice import resolve_sat
+    from synth.smt.sat.engines import engine_seconds
     from synth.smt.strategies import least_steps, pareto
 
     topo = resolve_topology(topo_name)

@@ -65,7 +65,7 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
-SOLVER_HOMES = [("z3", ("sat",)), ("pysat", ("sat",)), ("dratify", ("sat",)), ("pulp", ("milp", "bounds")),
+SOLVER_HOMES = [("z3", ("smt",)), ("pysat", ("smt",)), ("dratify", ("smt",)), ("pulp", ("milp", "bounds")),
                 ("highspy", ("milp", "bounds"))]  # DESIGN principle 3: a solver stays in its package
 
 

@@ -49,10 +49,13 @@ def add_problem(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=float, default=120.0, help="seconds per solver attempt (default 120)")
 
 
-def add_sat_option(p: argparse.ArgumentParser) -> None:
-    from synth.sat import AUTO, CHOICES
+# synth.smt.sat.CHOICES, spelt out so that building the parser loads no solver stage
+# (tests/smt/test_certify.py keeps the two equal)
+SAT_CHOICES = ("auto", "z3", "cadical", "kissat")
 
-    p.add_argument("--sat", choices=CHOICES, default=AUTO,
+
+def add_sat_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sat", choices=SAT_CHOICES, default="auto",
                    help="smt: the SAT engine under the encoding (default auto: the fastest installed one, as "
                         "measured in docs/smt.md)")
 
@@ -61,8 +64,8 @@ def smt_options(args, certify: bool = False, portfolio: int = 1):
     """The SmtOptions of ``--sat`` (its engine resolved; one line when it is not installed),
     ``--certify`` and a portfolio of that many racing engines."""
     from synth.core.errors import InputError
-    from synth.sat.choice import resolve_sat
     from synth.smt.encoding import SmtOptions
+    from synth.smt.sat.choice import resolve_sat
 
     sat = getattr(args, "sat", "auto")
     resolve_sat(sat, certify)  # unknown, not installed or unable to certify: one line now

@@ -16,8 +16,8 @@ def add_check_proof_parser(sub) -> None:
 
 def cmd_check_proof(args) -> int:
     """One line per certificate; exit 0 when all hold, 4 when one does not, 2 when unreadable."""
-    from synth.sat.proofs import checker_name
     from synth.smt.proof_files import check_folder
+    from synth.smt.sat.proofs import checker_name
 
     verdicts = check_folder(args.folder)
     for verdict in verdicts:

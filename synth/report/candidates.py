@@ -107,8 +107,8 @@ def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Cand
 
 def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1,
          sat: str = "auto") -> list[Candidate]:
-    from synth.sat.choice import resolve_sat
     from synth.smt.encoding import SmtOptions
+    from synth.smt.sat.choice import resolve_sat
     from synth.smt.strategies import pareto
 
     resolve_sat(sat)  # unknown or not installed: one line before the search

@@ -3,13 +3,13 @@
 Literals are DIMACS-style ints (v > 0 a variable, -v its negation); Python bools stand for the
 constants and are simplified away. Every cardinality row is our own CNF (a totalizer; a ladder
 or pairwise clauses for at-most-one): z3 would otherwise rewrite AtMost/PbLe into a much
-bigger, slower formula. The formula is what every SAT engine (``synth.sat.engines``) reads;
+bigger, slower formula. The formula is what every SAT engine (``synth.smt.sat.engines``) reads;
 nothing here knows which one will.
 """
 
 from __future__ import annotations
 
-from synth.sat.formula import Formula
+from synth.smt.sat.formula import Formula
 
 
 def neg(value):

@@ -16,6 +16,7 @@ Both are checked before the budget is pruned or printed (``SmtInstance.check``, 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,18 +46,21 @@ class EncodingKey:
 
 @dataclass(frozen=True)
 class SatRefutation:
-    """``engine``'s DRAT ``proof`` that the formula named by ``encoding`` (sha256 ``formula``
-    of its DIMACS) with ``assumptions`` as unit clauses is unsatisfiable; ``split`` is the
-    rounds per step those assumptions fix (None: the whole budget). ``cnf``: the formula's
-    DIMACS, kept to be written beside the proof."""
+    """``engine``'s DRAT ``proof`` that the formula named by ``encoding`` (its DIMACS ``cnf``)
+    with ``assumptions`` as unit clauses is unsatisfiable; ``split`` is the rounds per step
+    those assumptions fix (None: the whole budget)."""
 
     split: tuple[int, ...] | None
     engine: str
     encoding: EncodingKey
     assumptions: tuple[int, ...]
-    formula: str
     proof: bytes
     cnf: bytes
+
+    @property
+    def formula(self) -> str:
+        """The refuted formula's name: the sha256 of its DIMACS."""
+        return hashlib.sha256(self.cnf).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ has left. Capacity and rounds are the same as in the plain encoding.
 from __future__ import annotations
 
 from synth.core.schedule import Schedule, Send, Step
-from synth.sat.answer import Answer
 from synth.smt.cardinality import neg
 from synth.smt.encoding import SmtInstance
+from synth.smt.sat.answer import Answer
 
 
 class DirectAllreduceInstance(SmtInstance):

@@ -19,7 +19,7 @@ so an UNSAT stays a proof) tell the solver where capacity must be saturated:
   out-saturation: all sends >= sum_r N_r and all sends <= sum(out-unit caps) * R, so every out-unit
     carries >= cap_u * rounds[s] - (that global slack) in step s.
 (A unit is a group holding only links into (out of) one rank and tighter than their sum, else a
-link.) The clauses go into a ``synth.sat.Formula``; a SAT engine of ``synth.sat.engines`` (z3's
+link.) The clauses go into a ``synth.smt.sat.Formula``; a SAT engine of ``synth.smt.sat.engines`` (z3's
 SAT core, CaDiCaL or Kissat: ``SmtOptions.sat``) answers the checks.
 
 Engines and literals never leave synth/smt: callers get SolveResult with a Schedule or a status.
@@ -27,7 +27,6 @@ Engines and literals never leave synth/smt: callers get SolveResult with a Sched
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 
@@ -36,11 +35,11 @@ from synth.core.orbits import orbit_classes
 from synth.core.schedule import Schedule, Send, SolveResult, Status, Step
 from synth.core.symmetry import Symmetry, interchangeable_chunks
 from synth.core.topology import Topology
-from synth.sat.answer import Answer, Verdict
-from synth.sat.engines import Engine, make_engine
 from synth.smt.cardinality import CnfBuilder, neg
+from synth.smt.sat.answer import Answer, Verdict
+from synth.smt.sat.engines import Engine, make_engine
 
-WORK_START = 0.25  # work seconds of a first try (a split's, a window's; ``synth.sat.engines``)
+WORK_START = 0.25  # work seconds of a first try (a split's, a window's; ``synth.smt.sat.engines``)
 
 
 @dataclass(frozen=True)
@@ -55,9 +54,9 @@ class SmtOptions:
     out_saturate: bool = True  # implied out-saturation rows
     random_seed: int = 0
     memory_mb: int = 4096  # an engine gives up (an unknown, not a proof) beyond this
-    sat: str = "auto"  # the SAT engine: z3, cadical, kissat or auto (``synth.sat.choice``)
+    sat: str = "auto"  # the SAT engine: z3, cadical, kissat or auto (``synth.smt.sat.choice``)
     certify: bool = False  # every exact UNSAT carries a checked DRAT proof (``synth.smt.certificates``)
-    portfolio: int = 1  # > 1: that many engines and seeds race on every check (``synth.sat.portfolio``)
+    portfolio: int = 1  # > 1: that many engines and seeds race on every check (``synth.smt.sat.portfolio``)
 
     def encoding_fields(self) -> tuple[tuple[str, object], ...]:
         """The fields that shape the formula (what a certificate names to rebuild it)."""
@@ -410,16 +409,15 @@ class SmtInstance(CnfBuilder):
 
     def _refuted(self, literals: list[int], answer: Answer, seconds: float) -> SolveResult:
         """An UNSAT with its proof checked against the formula plus the assumptions."""
-        from synth.sat.proofs import check_drat
         from synth.smt.certificates import SatRefutation
+        from synth.smt.sat.proofs import check_drat
 
         why = check_drat(self.formula.dimacs(literals), answer.proof or b"")
         if why is not None:
             return SolveResult(Status.ERROR, None, seconds,
                                f"{answer.engine}'s proof of infeasibility was rejected by the checker: {why}")
-        cnf = self.formula.dimacs()
-        refutation = SatRefutation(None, answer.engine, self.encoding_key(), tuple(literals),
-                                   hashlib.sha256(cnf).hexdigest(), answer.proof, cnf)
+        refutation = SatRefutation(None, answer.engine, self.encoding_key(), tuple(literals), answer.proof,
+                                   self.formula.dimacs())
         return SolveResult(Status.INFEASIBLE, None, seconds, details={"refutation": refutation})
 
     ENCODING_KIND = "plain"
@@ -434,10 +432,10 @@ class SmtInstance(CnfBuilder):
     @property
     def engine(self) -> Engine:
         """The SAT engine the checks run on (made at the first check)."""
-        from synth.sat.choice import resolve_sat
+        from synth.smt.sat.choice import resolve_sat
 
         if self._engine is None and self.options.portfolio > 1:
-            from synth.sat.portfolio import PortfolioEngine
+            from synth.smt.sat.portfolio import PortfolioEngine
 
             self._engine = PortfolioEngine(self.formula, resolve_sat(self.options.sat, certify=True),
                                            self.options.portfolio, self.options.memory_mb)

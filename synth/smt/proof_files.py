@@ -11,7 +11,7 @@ The check (``check_folder``) takes nothing on trust: each INFEASIBLE attempt mus
 certificate; each formula file must hash to what the part says; the encoding it names is
 rebuilt and must give that very formula; the assumptions must be exactly the ones that fix
 the part's split (or the budget's total); the DRAT proof must refute formula + assumptions
-(``synth.sat.proofs``); an LP part's Farkas certificate is checked in exact rationals; and the
+(``synth.smt.sat.proofs``); an LP part's Farkas certificate is checked in exact rationals; and the
 parts together must cover every split of the budget's rounds over its steps.
 """
 
@@ -27,6 +27,7 @@ from synth.core.errors import InputError
 from synth.core.io import dumps, read_bytes, read_json, write_json_atomic, write_text_atomic
 from synth.core.topology import Topology
 from synth.smt.certificates import BudgetCertificate, EncodingKey, LpRefutation
+from synth.smt.sat.formula import with_units
 
 FORMAT = "synth.certificate"
 VERSION = 1
@@ -65,11 +66,12 @@ def _part_entry(part, index: int, path: Path) -> dict:
     stem = path.name.removesuffix(".json")
     proof_name = f"{stem}.p{index}.drat.gz"
     write_text_atomic(path.parent / proof_name, part.proof.decode("ascii"))
-    formula_name = f"formulas/{part.formula}.cnf.gz"
+    digest = part.formula
+    formula_name = f"formulas/{digest}.cnf.gz"
     if not (path.parent / formula_name).exists():
         write_text_atomic(path.parent / formula_name, part.cnf.decode("ascii"))
     return {"kind": "drat", "split": None if part.split is None else list(part.split), "engine": part.engine,
-            "encoding": part.encoding.to_dict(), "assumptions": list(part.assumptions), "formula": part.formula,
+            "encoding": part.encoding.to_dict(), "assumptions": list(part.assumptions), "formula": digest,
             "cnf": formula_name, "proof": proof_name}
 
 
@@ -182,20 +184,23 @@ def _check_lp(cert: dict, topology: Topology, part: dict, rebuilt: _Rebuilt) -> 
 
 
 def _check_drat_part(cert: dict, topology: Topology, part: dict, folder: Path, rebuilt: _Rebuilt) -> str | None:
-    from synth.sat.proofs import check_drat
+    from synth.smt.sat.proofs import check_drat
 
     cnf = _gunzip(folder / str(part.get("cnf")))
     if hashlib.sha256(cnf).hexdigest() != part.get("formula"):
         return "the formula file does not hash to the part's formula"
     key = EncodingKey.from_dict(part["encoding"])
     inst = rebuilt.instance(topology, cert, key)
-    if hashlib.sha256(inst.formula.dimacs()).hexdigest() != part["formula"]:
+    if inst.formula.digest() != part["formula"]:
         return "the encoding it names does not give the refuted formula"
     expected = _assumptions(inst, int(cert["rounds"]), part.get("split"))
     if expected is None or list(part.get("assumptions", [])) != expected:
         return "its assumptions are not the ones that fix its split"
-    units = "".join(f"{lit} 0\n" for lit in expected).encode()
-    return check_drat(_with_units(cnf, units, len(expected)), _gunzip(folder / str(part.get("proof"))))
+    try:
+        refuted = with_units(cnf, expected)
+    except ValueError as error:
+        return f"the formula file: {error}"
+    return check_drat(refuted, _gunzip(folder / str(part.get("proof"))))
 
 
 def _assumptions(inst, rounds: int, split) -> list[int] | None:
@@ -209,15 +214,6 @@ def _assumptions(inst, rounds: int, split) -> list[int] | None:
             return None
         literals += more
     return literals
-
-
-def _with_units(cnf: bytes, units: bytes, count: int) -> bytes:
-    """The DIMACS ``cnf`` with ``count`` more clauses (``units``) at its end."""
-    header, _, body = cnf.partition(b"\n")
-    fields = header.split()
-    if len(fields) != 4 or fields[:2] != [b"p", b"cnf"]:
-        raise InputError("the formula file has no DIMACS header")
-    return b"p cnf %s %d\n" % (fields[2], int(fields[3]) + count) + body + units
 
 
 def _gunzip(path: Path) -> bytes:

@@ -308,7 +308,7 @@ def _run(inst: SmtInstance, rounds: int, splits, time_limit: float | None,
     """Exact for ``inst``: split by split with growing work budgets (an easy split first), or
     the whole rounds budget at once when there are too many splits.
 
-    The budgets are work seconds (``synth.sat.engines``: each engine's own deterministic count), not
+    The budgets are work seconds (``synth.smt.sat.engines``: each engine's own deterministic count), not
     seconds, so which split answers first, and with which schedule, is the same on a loaded machine as
     on an idle one (a sweep on many cores gives the serial run's schedules); ``time_limit`` stays the
     wall-clock safety net (TIMEOUT, "unknown", when it runs out). ``max_budget``: stop with TIMEOUT

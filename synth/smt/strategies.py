@@ -316,20 +316,21 @@ class _Walk:
 
     def _certified_floor(self, S: int, R: int, C: int, infeasible_up_to: dict[int, int]) -> bool:
         """A certified walk prunes below the floors only with a certificate: the budget just
-        below the floor at S, (S, floor - 1, C), is attempted (its splits get exact LP
-        certificates, or proofs), and, proven, it prunes every budget with its C and no more
-        rounds (fewer rounds never help)."""
+        below the floor at S, (S, floor - 1, C), or (S, R, C) itself when no rounds suffice at
+        S (an infinite floor), is attempted (its splits get exact LP certificates, or proofs),
+        and, proven, it prunes every budget with its C and no more rounds (fewer rounds never
+        help)."""
         floor = self.config.session.rounds_floor(S, C)
         if S > self.config.steps_lb:
             floor = max(floor, self._any_steps_floor(S, C))
-        if R >= floor or floor == math.inf:
-            return floor == math.inf
-        result = self._attempt(S, floor - 1, C)
-        if result.status == Status.INFEASIBLE:
-            infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), floor - 1)
-            self.proofs.append((S, floor - 1, C))
-            return True
-        return False
+        if R >= floor:
+            return False
+        below = R if floor == math.inf else floor - 1
+        if self._attempt(S, below, C).status != Status.INFEASIBLE:
+            return False
+        infeasible_up_to[C] = max(infeasible_up_to.get(C, 0), below)
+        self.proofs.append((S, below, C))
+        return True
 
     def _shorten(self, point: FrontierPoint) -> FrontierPoint:
         """While a budget with one step fewer and no fewer rounds (same chunks) timed out, try

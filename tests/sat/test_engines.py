@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from synth.core.collectives import allgather, make_collective
 from synth.core.library import resolve_topology
 from synth.core.schedule import Status
-from synth.sat import ENGINES, PROOF_ENGINES
-from synth.sat.answer import WORK_SPENT, Verdict
-from synth.sat.engines import available, make_engine
-from synth.sat.formula import Formula
-from synth.sat.proofs import check_drat
 from synth.smt.encoding import SmtInstance, SmtOptions
+from synth.smt.sat import ENGINES, PROOF_ENGINES
+from synth.smt.sat.answer import WORK_SPENT, Verdict
+from synth.smt.sat.engines import available, make_engine
+from synth.smt.sat.formula import Formula
+from synth.smt.sat.proofs import check_drat
 from synth.verify import verify
 
 INSTALLED = [name for name in ENGINES if available(name)]
@@ -114,7 +114,7 @@ def test_z3_refuses_to_prove():
 @settings(max_examples=30, deadline=None)
 @given(small_formulas(), st.sampled_from(["cadical", "kissat"]), st.integers(2, 4))
 def test_a_portfolio_answers_as_its_members_do(case, first, count):
-    from synth.sat.portfolio import PortfolioEngine
+    from synth.smt.sat.portfolio import PortfolioEngine
 
     formula, assumptions = case
     alone = make_engine("cadical", formula).check(assumptions).verdict
@@ -127,7 +127,7 @@ def test_a_portfolio_answers_as_its_members_do(case, first, count):
 
 
 def test_a_portfolio_with_a_spent_budget_proves_nothing():
-    from synth.sat.portfolio import PortfolioEngine
+    from synth.smt.sat.portfolio import PortfolioEngine
 
     inst = SmtInstance(resolve_topology("dgx1"), allgather(8, 6), 3, 7, SmtOptions(sat="cadical", portfolio=3))
     assert isinstance(inst.engine, PortfolioEngine)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,11 @@ from synth.cli.main import main
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.schedule import Status
-from synth.sat.choice import resolve_sat
-from synth.sat.proofs import check_drat
 from synth.smt.certificates import LpRefutation, SatRefutation
 from synth.smt.encoding import SmtOptions
+from synth.smt.sat.choice import resolve_sat
+from synth.smt.sat.formula import with_units
+from synth.smt.sat.proofs import check_drat
 from synth.smt.session import SmtSession
 
 
@@ -36,11 +38,7 @@ def test_a_certified_infeasible_budget_refutes_every_split(sat):
             if isinstance(part, SatRefutation):
                 inst = session._instances[(3, 2)]
                 assert part.engine == sat and part.cnf.startswith(b"p cnf")
-                units = "".join(f"{lit} 0\n" for lit in part.assumptions).encode()
-                header, _, body = part.cnf.partition(b"\n")
-                clauses = int(header.split()[3]) + len(part.assumptions)
-                cnf = b"p cnf %s %d\n" % (header.split()[2], clauses) + body + units
-                assert check_drat(cnf, part.proof) is None
+                assert check_drat(with_units(part.cnf, part.assumptions), part.proof) is None
                 assert inst.formula.num_vars >= max(abs(lit) for lit in part.assumptions)
             else:
                 assert isinstance(part, LpRefutation)
@@ -122,7 +120,7 @@ def test_a_formula_with_a_clause_deleted_is_rejected(certified, tmp_path, capsys
 
 @pytest.mark.parametrize("tamper, words", [
     ("assumptions", "assumptions"), ("drop part", "cover every split"), ("split", "not a split"),
-    ("lp multiplier", "part"), ("no certificate", "without a certificate")])
+    ("lp multiplier", "combination"), ("no certificate", "without a certificate")])
 def test_tampered_certificates_are_rejected(certified, tmp_path, capsys, tamper, words):
     folder = _copy(certified, tmp_path)
     if tamper == "no certificate":
@@ -141,8 +139,9 @@ def test_tampered_certificates_are_rejected(certified, tmp_path, capsys, tamper,
         elif tamper == "split":
             part["split"] = part["split"][:-1]
         else:
-            row, value = part["certificate"]["multipliers"][0]
-            part["certificate"]["multipliers"][0] = [row, "0" if value != "0" else "1"]
+            row, value = part["certificate"]["multipliers"][0]  # same sign, 1000 times: Farkas fails
+            scaled = Fraction(value) * 1000
+            part["certificate"]["multipliers"][0] = [row, f"{scaled.numerator}/{scaled.denominator}"]
         path.write_text(json.dumps(doc))
     assert main(["check-proof", str(folder)]) == 4
     assert words in capsys.readouterr().out
@@ -185,3 +184,10 @@ def test_solve_with_each_engine_gives_a_schedule_that_verifies(tmp_path, sat):
     assert main(["solve", "dgx1", "allgather", "--steps", "3", "--rounds", "7", "--chunks", "6", "--sat", sat,
                  "-o", str(out)]) == 0
     assert verify(load_schedule(out)) == []
+
+
+def test_the_command_line_offers_every_engine():
+    from synth.cli.common import SAT_CHOICES
+    from synth.smt.sat import CHOICES
+
+    assert SAT_CHOICES == CHOICES

@@ -14,8 +14,8 @@ from synth.core.io import write_frontier
 from synth.core.library import resolve_topology
 from synth.core.schedule import Status
 from synth.core.symmetry import collective_symmetries
-from synth.sat.answer import WORK_SPENT
 from synth.smt.encoding import SmtInstance, SmtOptions
+from synth.smt.sat.answer import WORK_SPENT
 from synth.smt.strategies import least_steps, pareto, solve_instance
 from synth.verify import load_schedule, verify
 from tests.schedule_strategies import topologies
@@ -122,9 +122,9 @@ def test_rounds_bound_is_met_on_hypercube_at_one_chunk():
 def test_cnf_cardinality_rows_are_exact(engine):
     import itertools
 
-    from synth.sat.answer import Verdict
-    from synth.sat.engines import make_engine
     from synth.smt.cardinality import CnfBuilder
+    from synth.smt.sat.answer import Verdict
+    from synth.smt.sat.engines import make_engine
 
     engines: dict = {}  # id -> (formula kept alive, its one incremental engine)
 

@@ -38,6 +38,7 @@ class Formula:
         self._text = bytearray()  # DIMACS lines of the clauses up to _text_upto
         self._text_upto = 0
         self._whole: tuple | None = None  # (state, DIMACS without units) of the last dimacs() call
+        self._digest: tuple | None = None  # (that DIMACS, its sha256)
 
     @property
     def size(self) -> int:
@@ -63,10 +64,6 @@ class Formula:
                 yield clause
                 clause = []
 
-    def count_from(self, position: int) -> int:
-        """How many clauses are stored from ``position`` on."""
-        return int(np.count_nonzero(self.array(position) == 0))
-
     def array(self, position: int = 0) -> np.ndarray:
         """The flat clause array from ``position`` on (a view: no copy)."""
         return np.frombuffer(self.literals, dtype=np.int32)[position:]
@@ -84,9 +81,12 @@ class Formula:
             self._whole = ((self.size, self.num_vars), text)
         return text
 
-    def digest(self, units: Sequence[int] = ()) -> str:
-        """sha256 of ``dimacs(units)``: what names a refuted formula."""
-        return hashlib.sha256(self.dimacs(units)).hexdigest()
+    def digest(self) -> str:
+        """sha256 of ``dimacs()``: what names a refuted formula (once per state of the formula)."""
+        text = self.dimacs()
+        if self._digest is None or self._digest[0] is not text:
+            self._digest = (text, hashlib.sha256(text).hexdigest())
+        return self._digest[1]
 
     def _body(self) -> bytes:
         """The clause lines, converted once and extended as the formula grows."""
@@ -105,3 +105,17 @@ def clause_lines(flat: np.ndarray) -> bytes:
         lines.append(" ".join(map(str, values[start:end + 1])))
         start = end + 1
     return ("\n".join(lines) + "\n").encode() if lines else b""
+
+
+def with_units(cnf: bytes, units: Sequence[int]) -> bytes:
+    """The DIMACS text ``cnf`` with each of ``units`` as one more unit clause at its end.
+
+    >>> with_units(b"p cnf 2 1\\n1 2 0\\n", [-1])
+    b'p cnf 2 2\\n1 2 0\\n-1 0\\n'
+    """
+    header, _, body = cnf.partition(b"\n")
+    fields = header.split()
+    if len(fields) != 4 or fields[:2] != [b"p", b"cnf"]:
+        raise ValueError("not DIMACS: no 'p cnf' header")
+    extra = "".join(f"{lit} 0\n" for lit in units).encode()
+    return b"p cnf %s %d\n" % (fields[2], int(fields[3]) + len(units)) + body + extra

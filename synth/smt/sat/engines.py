@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.sat import ENGINES, PROOF_ENGINES  # noqa: F401 - re-exported
-from synth.sat.answer import STOPPED, TIME_SPENT, WORK_SPENT, Answer, Verdict
-from synth.sat.formula import Formula
+from synth.smt.sat import ENGINES, PROOF_ENGINES  # noqa: F401 - re-exported
+from synth.smt.sat.answer import STOPPED, TIME_SPENT, WORK_SPENT, Answer, Verdict
+from synth.smt.sat.formula import Formula
 
 # work units per work second (docs/smt.md, "SAT engines"): one work second is z3's 10M rlimit units
 # (2.9 s on torus:4x4 alltoall, 4.9 s on mi250 allgather); CaDiCaL and Kissat make 5.9K-7.7K
@@ -104,7 +104,7 @@ class Z3Engine(Engine):
 
     def __init__(self, formula: Formula, seed: int = 0, memory_mb: int = 4096) -> None:
         super().__init__(formula, seed, memory_mb)
-        from synth.sat.z3_feed import Z3Feed
+        from synth.smt.sat.z3_feed import Z3Feed
 
         self._feed = Z3Feed(formula, seed, self.SAT_PARAMS, memory_mb)
 

@@ -17,8 +17,8 @@ True
 from __future__ import annotations
 
 from synth.core.errors import InputError
-from synth.sat import AUTO, CHOICES, PROOF_ENGINES
-from synth.sat.engines import available
+from synth.smt.sat import AUTO, CHOICES, PROOF_ENGINES
+from synth.smt.sat.engines import available
 
 LARGE_FORMULA = 350_000  # clauses: between the nine rows' largest (287K) and mi250's at 8 steps (450K)
 AUTO_ORDER = ("cadical", "kissat", "z3")

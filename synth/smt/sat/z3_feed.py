@@ -18,8 +18,8 @@ import numpy as np
 import z3
 from z3 import z3core
 
-from synth.sat.answer import TIME_SPENT, WORK_SPENT, Answer, Verdict
-from synth.sat.formula import Formula
+from synth.smt.sat.answer import TIME_SPENT, WORK_SPENT, Answer, Verdict
+from synth.smt.sat.formula import Formula
 
 
 class Z3Feed:

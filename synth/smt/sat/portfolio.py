@@ -1,7 +1,7 @@
 """A portfolio: several engines (or seeds) race on one check; the first answer wins.
 
 Each member gets the same work budget; a member that answers SAT or UNSAT stops the others
-(Kissat's process is killed, CaDiCaL stops at its next slice of ``PORTFOLIO_SLICE`` conflicts).
+(Kissat's process is killed, CaDiCaL stops at its next slice of ``engines.PORTFOLIO_SLICE`` conflicts).
 An UNKNOWN comes back only when every member's budget or the clock ran out. Members are sound,
 so they never disagree on a verdict: with work budgets, *whether* a check is answered is the
 same as in a serial run of the members, and only *which* member's model (schedule) comes first
@@ -17,9 +17,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from synth.sat.answer import TIME_SPENT, Answer, Verdict
-from synth.sat.engines import PORTFOLIO_SLICE, Engine, make_engine  # noqa: F401 - named in the doc
-from synth.sat.formula import Formula
+from synth.smt.sat.answer import TIME_SPENT, Answer, Verdict
+from synth.smt.sat.engines import Engine, make_engine
+from synth.smt.sat.formula import Formula
 
 
 def members(first: str, count: int) -> list[tuple[str, int]]:
