@@ -135,3 +135,15 @@ def test_a_portfolio_with_a_spent_budget_proves_nothing():
     assert spent.status == Status.TIMEOUT
     solved = inst.check([inst.total_literal(7)], work=30.0)
     assert solved.status == Status.SOLVED and verify(solved.schedule) == []
+
+
+@given(st.integers(0, 10_000_000), st.integers(0, 10_000_000), st.booleans())
+def test_cadical_slices_shrink_as_the_formula_grows_within_bounds(small, large, racing):
+    """A slice is never longer on a bigger formula, never below MIN_SLICE, never above the cap;
+    small formulas keep the full cap, so their answers are the ones measured before."""
+    from synth.smt.sat.engines import CADICAL_SLICE, MIN_SLICE, PORTFOLIO_SLICE, cadical_slice
+    small, large = sorted((small, large))
+    cap = PORTFOLIO_SLICE if racing else CADICAL_SLICE
+    assert MIN_SLICE <= cadical_slice(large, racing) <= cadical_slice(small, racing) <= cap
+    assert cadical_slice(50_000, racing) == cap
+    assert cadical_slice(450_000, racing=False) < CADICAL_SLICE

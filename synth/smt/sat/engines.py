@@ -9,7 +9,7 @@ UNKNOWN, never UNSAT.
 
 - z3 and CaDiCaL are incremental: one solver per formula, fed the clauses added since its last
   call, assumptions per call. python-sat's CaDiCaL cannot be interrupted, so it runs in slices
-  of CADICAL_SLICE conflicts and reads the clock between them.
+  of conflicts (``cadical_slice``: fewer on a bigger formula) and reads the clock between them.
 - Kissat is not: every call writes the formula with the assumptions as unit clauses and runs
   the binary that the ``passagemath-kissat`` wheel ships (or ``kissat`` on PATH).
 - ``proof``: an UNSAT answer carries a DRAT proof (text) of the formula plus the assumptions
@@ -44,6 +44,8 @@ Z3_RLIMIT_PER_SECOND = 10_000_000
 CADICAL_CONFLICTS_PER_SECOND = 10_000
 CADICAL_SLICE = 10_000  # conflicts between two looks at the clock (python-sat's CaDiCaL cannot be interrupted)
 PORTFOLIO_SLICE = 2_000  # and between two looks at a racing portfolio's stop flag
+SLICE_CLAUSE_CONFLICTS = 1_000_000_000  # slice x clauses at most this: ~2 s a slice at mi250's conflict rates
+MIN_SLICE = 500
 KISSAT_CONFLICTS_PER_SECOND = 10_000
 WORK_RATES = {"z3": Z3_RLIMIT_PER_SECOND, "cadical": CADICAL_CONFLICTS_PER_SECOND,
               "kissat": KISSAT_CONFLICTS_PER_SECOND}
@@ -146,10 +148,12 @@ class CadicalEngine(Engine):
             solver = _new_cadical(self.seed, with_proof=True)
             solver.append_formula(list(self.formula.clauses_from(0)))
             solver.append_formula([[lit] for lit in assumptions])
-            answer = _cadical_answer(solver, [], conflicts, seconds, self.formula.num_vars, stop, proof=True)
+            answer = _cadical_answer(solver, [], conflicts, seconds, self.formula.num_vars, stop, proof=True,
+                                     num_clauses=self.formula.num_clauses)
             solver.delete()
             return answer
-        return _cadical_answer(self._synced(), list(assumptions), conflicts, seconds, self.formula.num_vars, stop)
+        return _cadical_answer(self._synced(), list(assumptions), conflicts, seconds, self.formula.num_vars, stop,
+                               num_clauses=self.formula.num_clauses)
 
     def __del__(self) -> None:
         if getattr(self, "_solver", None) is not None:
@@ -170,16 +174,26 @@ def _new_cadical(seed: int, with_proof: bool = False):
     return solver
 
 
+def cadical_slice(num_clauses: int, racing: bool = False) -> int:
+    """Conflicts between two looks at the clock (and at a race's stop flag) on a formula of
+    ``num_clauses``: CADICAL_SLICE (PORTFOLIO_SLICE when racing), fewer as the formula grows,
+    since a conflict costs more there (1.0K-1.4K conflicts a second on mi250's 450K clauses
+    against 6K-8K on 60K), so a slice stays about two seconds long. A count, not a time: the
+    slices, and so the answer, are the same however loaded the machine is."""
+    cap = PORTFOLIO_SLICE if racing else CADICAL_SLICE
+    return max(MIN_SLICE, min(cap, SLICE_CLAUSE_CONFLICTS // max(1, num_clauses)))
+
+
 def _cadical_answer(solver, assumptions: list[int], conflicts: int | None, seconds: float | None,
-                    num_vars: int, stop: threading.Event | None = None, proof: bool = False) -> Answer:
-    """One check in slices of CADICAL_SLICE conflicts (python-sat's CaDiCaL cannot be
-    interrupted, so the clock and ``stop`` are read between slices; the slices depend on the
-    counts only, so a budget gives the same answer however loaded the machine is)."""
+                    num_vars: int, stop: threading.Event | None = None, proof: bool = False,
+                    num_clauses: int = 0) -> Answer:
+    """One check in slices of ``cadical_slice`` conflicts (python-sat's CaDiCaL cannot be
+    interrupted, so the clock and ``stop`` are read between slices)."""
     if conflicts is None and seconds is None and stop is None:
         verdict = solver.solve(assumptions=assumptions)
     else:
         verdict, spent, started = None, 0, time.perf_counter()
-        size = CADICAL_SLICE if stop is None else PORTFOLIO_SLICE
+        size = cadical_slice(num_clauses, racing=stop is not None)
         while verdict is None:
             if conflicts is not None and spent >= conflicts:
                 return Answer(Verdict.UNKNOWN, "cadical", reason=WORK_SPENT)

@@ -1,7 +1,7 @@
 """A portfolio: several engines (or seeds) race on one check; the first answer wins.
 
 Each member gets the same work budget; a member that answers SAT or UNSAT stops the others
-(Kissat's process is killed, CaDiCaL stops at its next slice of ``engines.PORTFOLIO_SLICE`` conflicts).
+(Kissat's process is killed, CaDiCaL stops at its next slice of conflicts, ``engines.cadical_slice``).
 An UNKNOWN comes back only when every member's budget or the clock ran out. Members are sound,
 so they never disagree on a verdict: with work budgets, *whether* a check is answered is the
 same as in a serial run of the members, and only *which* member's model (schedule) comes first
