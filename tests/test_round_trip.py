@@ -46,7 +46,7 @@ def _round_trip(schedule, runtime: str, inplace: bool = False) -> None:
     assert result.correct is True, [str(p) for p in result.problems]
 
 
-@pytest.mark.parametrize("topology", ["dgx1", "ndv2x2", "ring:8"])
+@pytest.mark.parametrize("topology", ["dgx1", pytest.param("ndv2x2", marks=pytest.mark.slow), "ring:8"])
 def test_every_baseline_round_trips_for_every_runtime(topology):
     cases = list(_baselines(topology))
     assert cases

@@ -15,7 +15,7 @@ from synth.core.library import resolve_topology
 from synth.smt.session import SmtSession
 
 CASES = [("torus:3x3", "alltoall", 3, 1), ("hypercube:3", "allgather", 3, 2), ("ring:6", "allgather", 5, 2),
-         ("dgx1", "allgather", 3, 2), ("mi250", "allgather", 5, 1)]
+         ("dgx1", "allgather", 3, 2), pytest.param("mi250", "allgather", 5, 1, marks=pytest.mark.slow)]
 
 
 def _plain_and_reduced(topo_name, name, steps, chunks):

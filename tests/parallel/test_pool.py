@@ -43,6 +43,7 @@ def test_serial_runs_in_this_process():
         run_jobs([], workers=0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib").util.find_spec("ray") is None, reason="needs the ray extra")
 def test_a_small_sweep_on_a_local_ray_instance(tmp_path):
     from synth.report import runner

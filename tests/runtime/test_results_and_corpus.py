@@ -27,6 +27,7 @@ def _run(worlds, runnable, options=QUICK):
     return worlds(runnable.ranks).run(runnable, options)
 
 
+@pytest.mark.slow
 def test_every_dgx1_result_schedule_runs_correct_at_1k_and_1m(worlds):
     files = sorted((ROOT / "results" / "dgx1").glob("*/schedules/*.schedule.json"))
     assert len(files) >= 30
