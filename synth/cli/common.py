@@ -63,14 +63,11 @@ def add_sat_option(p: argparse.ArgumentParser) -> None:
 def smt_options(args, certify: bool = False, portfolio: int = 1):
     """The SmtOptions of ``--sat`` (its engine resolved; one line when it is not installed),
     ``--certify`` and a portfolio of that many racing engines."""
-    from synth.core.errors import InputError
     from synth.smt.encoding import SmtOptions
     from synth.smt.sat.choice import resolve_sat
 
     sat = getattr(args, "sat", "auto")
     resolve_sat(sat, certify)  # unknown, not installed or unable to certify: one line now
-    if portfolio > 1 and sat == "z3":
-        raise InputError("a portfolio (--jobs > 1) races cadical and kissat: use --sat cadical, kissat or auto")
     return SmtOptions(sat=sat, certify=certify, portfolio=portfolio)
 
 

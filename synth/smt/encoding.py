@@ -434,14 +434,14 @@ class SmtInstance(CnfBuilder):
         """The SAT engine the checks run on (made at the first check)."""
         from synth.smt.sat.choice import resolve_sat
 
-        if self._engine is None and self.options.portfolio > 1:
-            from synth.smt.sat.portfolio import PortfolioEngine
-
-            self._engine = PortfolioEngine(self.formula, resolve_sat(self.options.sat, certify=True),
-                                           self.options.portfolio, self.options.memory_mb)
-        elif self._engine is None:
+        if self._engine is None:
             name = resolve_sat(self.options.sat, self.options.certify, self.formula.num_clauses)
-            self._engine = make_engine(name, self.formula, self.options.random_seed, self.options.memory_mb)
+            if self.options.portfolio > 1:
+                from synth.smt.sat.portfolio import PortfolioEngine
+
+                self._engine = PortfolioEngine(self.formula, name, self.options.portfolio, self.options.memory_mb)
+            else:
+                self._engine = make_engine(name, self.formula, self.options.random_seed, self.options.memory_mb)
         return self._engine
 
     def _decode(self, answer: Answer, seconds: float) -> Schedule:

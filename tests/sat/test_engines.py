@@ -147,3 +147,71 @@ def test_cadical_slices_shrink_as_the_formula_grows_within_bounds(small, large, 
     assert MIN_SLICE <= cadical_slice(large, racing) <= cadical_slice(small, racing) <= cap
     assert cadical_slice(50_000, racing) == cap
     assert cadical_slice(450_000, racing=False) < CADICAL_SLICE
+
+
+def _pigeons(holes: int) -> Formula:
+    """holes + 1 pigeons, ``holes`` holes, every pigeon in a hole, no two in one: UNSAT, and
+    exponential for resolution, so no engine settles it quickly at a dozen holes."""
+    formula = Formula()
+    var = {(p, h): formula.new_var() for p in range(holes + 1) for h in range(holes)}
+    for p in range(holes + 1):
+        formula.add_clause([var[p, h] for h in range(holes)])
+    for h in range(holes):
+        for p in range(holes + 1):
+            for q in range(p):
+                formula.add_clause([-var[p, h], -var[q, h]])
+    return formula
+
+
+def test_a_stopped_z3_check_says_so_and_the_engine_still_answers():
+    """The race's stop reaches z3 (its context is interrupted), the answer is STOPPED, not a
+    timeout or Ctrl-C, and the next check on the same engine is answered."""
+    import threading
+
+    from synth.smt.sat.answer import STOPPED
+
+    formula = _pigeons(12)
+    engine = make_engine("z3", formula)
+    stop = threading.Event()
+    stop.set()
+    stopped = engine.check([], seconds=600, stop=stop)
+    assert stopped.verdict == Verdict.UNKNOWN and stopped.reason == STOPPED
+    first_pigeon_nowhere = [-(h + 1) for h in range(12)]
+    assert engine.check(first_pigeon_nowhere, seconds=600).verdict == Verdict.UNSAT
+
+
+@settings(max_examples=20, deadline=None)
+@given(small_formulas(), st.integers(2, 4))
+def test_a_portfolio_led_by_z3_answers_as_its_members_do(case, count):
+    """z3 races its seeds beside CaDiCaL; asked for a proof, only the proof engines race."""
+    from synth.smt.sat.portfolio import PortfolioEngine
+
+    formula, assumptions = case
+    alone = make_engine("cadical", formula).check(assumptions).verdict
+    raced = PortfolioEngine(formula, "z3", count)
+    assert raced.check(assumptions).verdict == alone
+    proved = raced.check(assumptions, proof=True)
+    assert proved.verdict == alone and proved.engine != "z3"
+    if proved.verdict == Verdict.UNSAT:
+        assert check_drat(formula.dimacs(assumptions), proved.proof) is None
+
+
+def test_threads_writing_one_formulas_dimacs_at_once_each_get_it_whole():
+    """A portfolio's Kissat members write the formula from threads at once: each text is the
+    formula's, with its clause count (two threads extending the cached text would double it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def texts():
+        formula = Formula()
+        for _ in range(3000):
+            formula.new_var()
+        for v in range(1, 3000):
+            formula.add_clause([v, -(v + 1), (v * 7) % 3000 + 1])
+        with ThreadPoolExecutor(8) as pool:
+            return formula, list(pool.map(lambda k: formula.dimacs([k + 1]), range(8)))
+
+    for _ in range(20):
+        formula, written = texts()
+        for k, text in enumerate(written):
+            assert text.count(b"\n") == 1 + formula.num_clauses + 1
+            assert text.endswith(f"{k + 1} 0\n".encode())

@@ -9,7 +9,8 @@ UNKNOWN, never UNSAT.
 
 - z3 and CaDiCaL are incremental: one solver per formula, fed the clauses added since its last
   call, assumptions per call. python-sat's CaDiCaL cannot be interrupted, so it runs in slices
-  of conflicts (``cadical_slice``: fewer on a bigger formula) and reads the clock between them.
+  of conflicts (``cadical_slice``: fewer on a bigger formula) and reads the clock between them;
+  it holds the GIL while it searches, so in a race it searches in a forked child (``forked``).
 - Kissat is not: every call writes the formula with the assumptions as unit clauses and runs
   the binary that the ``passagemath-kissat`` wheel ships (or ``kissat`` on PATH).
 - ``proof``: an UNSAT answer carries a DRAT proof (text) of the formula plus the assumptions
@@ -35,6 +36,7 @@ import numpy as np
 
 from synth.smt.sat import ENGINES, PROOF_ENGINES  # noqa: F401 - re-exported
 from synth.smt.sat.answer import STOPPED, TIME_SPENT, WORK_SPENT, Answer, Verdict
+from synth.smt.sat.forked import answer_in_child, can_fork
 from synth.smt.sat.formula import Formula
 
 # work units per work second (docs/smt.md, "SAT engines"): one work second is z3's 10M rlimit units
@@ -93,6 +95,11 @@ class Engine:
                stop: threading.Event | None) -> Answer:
         raise NotImplementedError
 
+    def prepare(self) -> None:
+        """Do the Python side of the next check now (feed the clauses added since the last one):
+        a race prepares every member before it starts, so no member's feeding waits for the GIL
+        behind another member's search."""
+
 
 # ---------------------------------------------------------------------------------------- z3
 
@@ -113,7 +120,10 @@ class Z3Engine(Engine):
     def _check(self, assumptions, work, seconds, proof, stop=None) -> Answer:
         if proof:
             raise ValueError("z3 writes no DRAT proof: certify with cadical or kissat")
-        return self._feed.check(assumptions, work_units("z3", work), seconds)
+        return self._feed.check(assumptions, work_units("z3", work), seconds, stop)
+
+    def prepare(self) -> None:
+        self._feed.prepare()
 
     def renew(self) -> None:
         """Drop the solver checks ran on, as an interrupted check does (the next check gets a
@@ -134,6 +144,9 @@ class CadicalEngine(Engine):
         self._solver = None
         self._fed = 0
 
+    def prepare(self) -> None:
+        self._synced()
+
     def _synced(self):
         if self._solver is None:
             self._solver = _new_cadical(self.seed)
@@ -143,6 +156,8 @@ class CadicalEngine(Engine):
         return self._solver
 
     def _check(self, assumptions, work, seconds, proof, stop=None) -> Answer:
+        if stop is not None and can_fork():  # racing: search in a child, away from the GIL (``forked``)
+            return answer_in_child(lambda: self._check(assumptions, work, seconds, proof), "cadical", stop)
         conflicts = work_units("cadical", work)
         if proof:
             solver = _new_cadical(self.seed, with_proof=True)

@@ -21,6 +21,7 @@ p cnf 2 3
 from __future__ import annotations
 
 import hashlib
+import threading
 from array import array
 from collections.abc import Iterator, Sequence
 
@@ -39,6 +40,7 @@ class Formula:
         self._text_upto = 0
         self._whole: tuple | None = None  # (state, DIMACS without units) of the last dimacs() call
         self._digest: tuple | None = None  # (that DIMACS, its sha256)
+        self._text_lock = threading.Lock()  # racing engines (a portfolio's threads) write DIMACS at once
 
     @property
     def size(self) -> int:
@@ -89,11 +91,13 @@ class Formula:
         return self._digest[1]
 
     def _body(self) -> bytes:
-        """The clause lines, converted once and extended as the formula grows."""
-        if self._text_upto < self.size:
-            self._text += clause_lines(self.array(self._text_upto))
-            self._text_upto = self.size
-        return bytes(self._text)
+        """The clause lines, converted once and extended as the formula grows (one thread at a
+        time: two extending at once would write clauses twice)."""
+        with self._text_lock:
+            if self._text_upto < self.size:
+                self._text += clause_lines(self.array(self._text_upto))
+                self._text_upto = self.size
+            return bytes(self._text)
 
 
 def clause_lines(flat: np.ndarray) -> bytes:

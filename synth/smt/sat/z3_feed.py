@@ -12,13 +12,14 @@ those numbers, so sharing one would make a schedule depend on whatever else the 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import z3
 from z3 import z3core
 
-from synth.smt.sat.answer import TIME_SPENT, WORK_SPENT, Answer, Verdict
+from synth.smt.sat.answer import STOPPED, TIME_SPENT, WORK_SPENT, Answer, Verdict
 from synth.smt.sat.formula import Formula
 
 
@@ -93,20 +94,28 @@ class Z3Feed:
     def renew(self) -> None:
         self._working = None
 
+    def prepare(self) -> None:
+        """Feed the new clauses and make the solver the next check runs on."""
+        self._sync()
+        _ = self._solver
+
     def _ref(self, lit: int) -> z3.BoolRef:
         return z3.BoolRef(self._literal(lit), self._ctx_obj)
 
     # ------------------------------------------------------------------ checking
-    def check(self, assumptions, rlimit: int | None, seconds: float | None) -> Answer:
-        """One check; UNKNOWN when ``rlimit`` units or ``seconds`` run out. Ctrl-C (z3 says
-        "canceled") raises KeyboardInterrupt."""
+    def check(self, assumptions, rlimit: int | None, seconds: float | None,
+              stop: threading.Event | None = None) -> Answer:
+        """One check; UNKNOWN when ``rlimit`` units or ``seconds`` run out, or when another
+        thread sets ``stop`` (z3's context is interrupted; an interrupt does not outlive the
+        check). Ctrl-C (z3 says "canceled") raises KeyboardInterrupt."""
         self._sync()
         solver = self._solver
         solver.set("timeout", max(1, int(seconds * 1000)) if seconds is not None else 4294967295)
         solver.set("rlimit", int(rlimit) if rlimit else 0)
         spent_before = _rlimit_count(solver)
         started = time.perf_counter()
-        verdict = solver.check(*[self._ref(lit) for lit in assumptions])
+        with _interrupted_on(stop, self._ctx_obj):
+            verdict = solver.check(*[self._ref(lit) for lit in assumptions])
         if verdict == z3.unsat:
             return Answer(Verdict.UNSAT, "z3")
         if verdict == z3.sat:
@@ -115,6 +124,8 @@ class Z3Feed:
         self._working = None  # see the module's doc
         if rlimit and _rlimit_count(solver) - spent_before >= rlimit:
             return Answer(Verdict.UNKNOWN, "z3", reason=WORK_SPENT)
+        if stop is not None and stop.is_set():
+            return Answer(Verdict.UNKNOWN, "z3", reason=STOPPED)
         if "canceled" in reason or "interrupted" in reason:
             raise KeyboardInterrupt
         if "timeout" in reason or (seconds is not None and time.perf_counter() - started >= seconds):
@@ -130,6 +141,32 @@ class Z3Feed:
             values[decl.name() if isinstance(decl.name(), int) else int(str(decl.name()).lstrip("k!"))] = \
                 z3.is_true(model.get_interp(decl))
         return values
+
+
+class _interrupted_on:
+    """While in the block, a watcher interrupts ``context`` once ``stop`` is set (looking every
+    STOP_POLL seconds; z3's check runs in C without the GIL, so the watcher gets to run)."""
+
+    STOP_POLL = 0.05
+
+    def __init__(self, stop: threading.Event | None, context: z3.Context) -> None:
+        self.stop, self.context, self.done = stop, context, threading.Event()
+
+    def _watch(self) -> None:
+        while not self.done.wait(self.STOP_POLL):
+            if self.stop.is_set():
+                self.context.interrupt()
+                return
+
+    def __enter__(self) -> None:
+        if self.stop is not None:
+            self.watcher = threading.Thread(target=self._watch, daemon=True)
+            self.watcher.start()
+
+    def __exit__(self, *exc) -> None:
+        if self.stop is not None:
+            self.done.set()
+            self.watcher.join()
 
 
 def _rlimit_count(solver: z3.Solver) -> int:
