@@ -1,10 +1,14 @@
 """SMT synthesis benchmark: the frontier and least-steps runs of issue 3, timed, with peak memory.
 
-Run: python benchmarks/smt_frontiers.py [--quick] [--only TEXT ...] [--sat ENGINE] [--certify]
+Run: python benchmarks/smt_frontiers.py [--quick] [--only TEXT ...] [--sat ENGINE] [--certify] [--jobs N]
 Each instance runs in a fresh process (so peak memory is its own). ``--sat``: the SAT engine
 under the encoding (z3, cadical, kissat, auto); the "solver s" column is the time spent inside
 the engine's checks (no encoding, LP or start-up time). ``--certify``: the walk certifies every
-infeasible budget, and the last column is what ``synth check-proof`` takes on the certificates. The SCCL/msccl-tools
+infeasible budget, and the last column is what ``synth check-proof`` takes on the certificates.
+``--jobs N``: a portfolio of N racing engines on every check (as ``synth pareto --jobs N``, but
+allreduce's two part walks run one after the other, each racing N, so every race is timed in
+this process); its solver seconds are the wall seconds inside the races (the members' own
+seconds overlap them). The SCCL/msccl-tools
 figures are the ones recorded in the shared reference (peers.md, measured on a 2-core machine
 like ours); the ring column is measured here, in the same run: the best frontier point's
 time at 1 GiB against the topology-aware ring baseline's, both in the contract cost model.
@@ -52,7 +56,7 @@ ENGINE_ROWS = {"dgx1 allgather pareto", "dgx1 allreduce pareto", "dgx1 alltoall 
                "hypercube:4 allgather pareto", "hypercube:4 allreduce pareto", "mi250 allgather pareto"}
 
 
-def _run(kind, topo_name, coll, root, kwargs, sat, certify, out):
+def _run(kind, topo_name, coll, root, kwargs, sat, certify, jobs, out):
     from synth.baselines import build_baseline
     from synth.core.library import resolve_topology
     from synth.cost import best_protocol
@@ -63,7 +67,7 @@ def _run(kind, topo_name, coll, root, kwargs, sat, certify, out):
 
     topo = resolve_topology(topo_name)
     resolve_sat(sat, certify)  # an engine that is not installed: fail before the run
-    options = SmtOptions(sat=sat, certify=certify)
+    options = SmtOptions(sat=sat, certify=certify, portfolio=jobs)
     started = time.perf_counter()
     checked = "-"
     if kind == "pareto":
@@ -91,7 +95,7 @@ def _run(kind, topo_name, coll, root, kwargs, sat, certify, out):
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     spent = engine_seconds()
-    solver = sum(spent.values())
+    solver = spent["portfolio"] if "portfolio" in spent else sum(spent.values())
     engines = "+".join(sorted(spent)) or options.sat
     out.put((points, verdict, seconds, solver, engines, checked, peak, ring_ratio))
 
@@ -121,6 +125,7 @@ def main() -> int:
     parser.add_argument("--engine-rows", action="store_true", help="only the rows the SAT engines are compared on")
     parser.add_argument("--sat", default="auto", help="the SAT engine: z3, cadical, kissat or auto (default)")
     parser.add_argument("--certify", action="store_true", help="certify infeasible budgets and time check-proof")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="N engines race on every check (pareto)")
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
     print("| instance | frontier / result (S,R,C) | verdict | seconds | solver s (engine) | certificates checked "
@@ -132,7 +137,7 @@ def main() -> int:
         if args.only and not any(text in label for text in args.only):
             continue
         out = ctx.Queue()
-        proc = ctx.Process(target=_run, args=(kind, topo, coll, root, kwargs, args.sat, args.certify, out))
+        proc = ctx.Process(target=_run, args=(kind, topo, coll, root, kwargs, args.sat, args.certify, args.jobs, out))
         proc.start()
         points, verdict, seconds, solver, engine, checked, peak, ring = out.get()
         proc.join()
