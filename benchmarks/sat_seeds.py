@@ -75,7 +75,8 @@ def main() -> int:
           f"encoding, whole budget, {args.seconds:g} s a check, {args.jobs} at once")
     print("| engine | seed | verdict | engine s | build s | variables | clauses |")
     print("|---|---|---|---|---|---|---|")
-    batches = [runs[start:start + max(1, args.jobs)] for start in range(0, len(runs), max(1, args.jobs))]
+    width = max(1, args.jobs)
+    batches = [runs[start:start + width] for start in range(0, len(runs), width)]
     if args.portfolio > 1:
         batches.append([("auto", 0, args.portfolio)])
     for batch in batches:
