@@ -1,11 +1,14 @@
 """Join K copies of a one-machine topology through their NICs (the ``NAMExK`` syntax).
 
 Copy m holds ranks m*G .. m*G+G-1 (G = ranks of the base). Its links, groups (renamed ``mM-...``)
-and NICs (``mM-nicI``) are copied. The copies are then joined by a non-blocking fabric: for every
+and NICs (``mM-nicI``) are copied. Each copy's switches are copied too (``mM-NAME``, ports and port groups renumbered). The copies are then joined by a non-blocking fabric: for every
 ordered pair of NICs a, b on different copies there is a link from every rank a serves to every
 rank b serves, with bandwidth min(a, b), alpha max(a, b) and kind ``net``. The NICs are the
 bottleneck: group ``mM-nicI-out`` holds every fabric link leaving through a NIC, ``mM-nicI-in``
-every one arriving through it, each with the NIC's bandwidth.
+every one arriving through it, each with the NIC's bandwidth. With ``sharp`` the fabric's
+switches reduce and multicast in one pass (InfiniBand SHARP, NCCL's CollNet): one switch ``sharp``
+whose port for each rank behind a NIC runs at the NIC's bandwidth and shares its ``-out`` /
+``-in`` groups (``reduce_multicast`` only: the aggregation trees of SHARP).
 
 >>> from synth.core.topology import Link, Nic, Topology
 >>> pair = Topology("pair", 2, (Link(0, 1, 25.0), Link(1, 0, 25.0)), machines=((0, 1),),
@@ -18,7 +21,9 @@ every one arriving through it, each with the NIC's bandwidth.
 from __future__ import annotations
 
 from synth.core.errors import TopologyError
-from synth.core.topology import Group, Link, Nic, Topology
+from dataclasses import replace
+
+from synth.core.topology import Group, Link, Nic, Switch, Topology
 
 MAX_LINKS = 2_000_000  # refuse compositions whose link list would be this long (h100x128: 1.05M)
 
@@ -26,8 +31,9 @@ MAX_LINKS = 2_000_000  # refuse compositions whose link list would be this long 
 _NIC_HINTS = {"dgx1": "ndv2"}
 
 
-def compose_machines(base: Topology, k: int) -> Topology:
-    """K copies of ``base`` joined through their NICs; named ``f"{base.name}x{k}"``.
+def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
+    """K copies of ``base`` joined through their NICs; named ``f"{base.name}x{k}"`` (with
+    ``+sharp`` when the fabric's switches aggregate, see the module).
 
     Raises TopologyError when k < 2, when the base has no NICs or spans several machines, when
     the result would be too large, or when a fabric link would duplicate another link.
@@ -56,6 +62,7 @@ def compose_machines(base: Topology, k: int) -> Topology:
     links: list[Link] = []
     groups: list[Group] = []
     nics: list[Nic] = []
+    switches: list[Switch] = []
     for m in range(k):
         off = m * size
         links += [Link(l.src + off, l.dst + off, l.bandwidth, l.alpha, l.capacity, l.kind) for l in base.links]
@@ -66,6 +73,7 @@ def compose_machines(base: Topology, k: int) -> Topology:
         nics += [
             Nic(f"m{m}-{n.name}", tuple(r + off for r in n.ranks), n.bandwidth, n.alpha) for n in base.nics
         ]
+        switches += [_copied_switch(s, m, off) for s in base.switches]
 
     seen = {l.key for l in links}
     fabric: list[Link] = []
@@ -98,5 +106,32 @@ def compose_machines(base: Topology, k: int) -> Topology:
         f"composed: {k} copies of {base.name} joined by a non-blocking fabric through their NICs; "
         "fabric link = min of the two NIC bandwidths, max of their alphas (synth.core.compose)",
     )
-    return Topology(f"{base.name}x{k}", size * k, tuple(links + fabric), tuple(groups), machines,
-                    tuple(nics), sources)
+    if sharp:
+        switches.append(sharp_switch(nics))
+        sources += (SHARP_SOURCE,)
+    name = f"{base.name}x{k}" + ("+sharp" if sharp else "")
+    return Topology(name, size * k, tuple(links + fabric), tuple(groups), machines,
+                    tuple(nics), sources, tuple(switches))
+
+
+SHARP_SOURCE = ("sharp: the fabric aggregates in its switches (InfiniBand SHARP through NCCL's CollNet "
+                "plugin): one switch whose port per rank runs at its NIC's bandwidth and shares the NIC's "
+                "groups; reduce_multicast (every member sends M up and receives M down; "
+                "reference/in-network.md sections 2.5 and 4.3)")
+
+
+def _copied_switch(switch: Switch, m: int, off: int) -> Switch:
+    def renamed(names):
+        return None if names is None else tuple(None if g is None else f"m{m}-{g}" for g in names)
+
+    return replace(switch, name=f"m{m}-{switch.name}", ranks=tuple(r + off for r in switch.ranks),
+                   out_groups=renamed(switch.out_groups), in_groups=renamed(switch.in_groups))
+
+
+def sharp_switch(nics: list[Nic]) -> Switch:
+    """The SHARP switch over every rank behind a NIC (see the module)."""
+    port_nic = {rank: nic for nic in nics for rank in nic.ranks}
+    ranks = tuple(sorted(port_nic))
+    return Switch("sharp", ranks, min(nic.bandwidth for nic in nics), max(nic.alpha for nic in nics),
+                  reduce_multicast=True, out_groups=tuple(f"{port_nic[r].name}-out" for r in ranks),
+                  in_groups=tuple(f"{port_nic[r].name}-in" for r in ranks), kind="net")

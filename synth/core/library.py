@@ -4,6 +4,7 @@ Specs:
   ``dgx1``                         a file of the library (topologies/NAME.json)
   ``ring:8`` ``torus:4x4`` ...     a generator (see synth.core.generators)
   ``ndv2x2`` ``h100x16``           K copies of a library machine joined through its NICs
+  ``h100x16+sharp``                the same, on a fabric whose switches aggregate (SHARP)
   ``path/to/t.json``               a synth.topology file (contains ``/`` or ends in ``.json``)
 
 >>> resolve_topology("ring:4").ranks, resolve_topology("ndv2x2").machine_count
@@ -30,7 +31,8 @@ _DESCRIPTIONS = {
     "ndv2": "Azure NDv2, dgx1 links plus one 12.5 GB/s IB NIC shared by the 8 GPUs",
     "dgx2": "NVIDIA DGX-2, 16 V100 behind NVSwitch (125 GB/s ports), 8 NICs of 12.5 GB/s",
     "a100": "DGX/HGX A100, 8 GPUs behind NVSwitch (300 GB/s ports), 8 NICs of 25 GB/s",
-    "h100": "DGX/HGX H100, 8 GPUs behind NVSwitch (450 GB/s ports), 8 NICs of 50 GB/s",
+    "h100": "DGX/HGX H100, 8 GPUs behind NVSwitch (450 GB/s ports, NVLS: reduce + multicast), "
+            "8 NICs of 50 GB/s",
     "mi250": "AMD MI250 node, 16 GCDs joined by xGMI (50 GB/s per link, x1/x2/x4), 16 NICs of 16 GB/s",
     "mi300x": "AMD MI300X platform, 8 GPUs fully connected by 64 GB/s xGMI links, 8 NICs of 50 GB/s",
 }
@@ -48,6 +50,7 @@ _GENERATORS = {
 }
 
 _COMPOSE_SYNTAX = "NAMExK"
+SHARP_SUFFIX = "+sharp"  # NAMExK+sharp: the fabric's switches aggregate (InfiniBand SHARP)
 
 # what ``synth topo list`` says about links it did not read from a file
 LINK_NOTE = (f"links of generated topologies: {generators.BANDWIDTH:g} GB/s, alpha {generators.ALPHA:g} us, "
@@ -90,8 +93,8 @@ def load_library(name: str) -> Topology:
 
 
 @lru_cache(maxsize=32)
-def _composed(name: str, k: int) -> Topology:
-    return compose_machines(load_library(name), k)
+def _composed(name: str, k: int, sharp: bool = False) -> Topology:
+    return compose_machines(load_library(name), k, sharp)
 
 
 def resolve_topology(spec: str) -> Topology:
@@ -115,9 +118,14 @@ def resolve_topology(spec: str) -> Topology:
     names = library_names()
     if lowered in names:
         return load_library(lowered)
+    sharp = lowered.endswith(SHARP_SUFFIX)
+    lowered = lowered.removesuffix(SHARP_SUFFIX)
     match = re.fullmatch(r"(.+)x(\d+)", lowered)
     if match and match.group(1) in names:
-        return _composed(match.group(1), int(match.group(2)))
+        return _composed(match.group(1), int(match.group(2)), sharp)
+    if sharp and lowered in names:
+        raise InputError(f"{spec!r}: SHARP aggregates in the network's switches; join machines first "
+                         f"(e.g. {lowered}x2{SHARP_SUFFIX})")
     hint = ""
     if lowered in _GENERATORS:
         hint = f" (did you mean {_GENERATORS[lowered][1]}?)"
@@ -134,6 +142,8 @@ def list_topologies() -> list[tuple[str, str]]:
     rows += [(syntax, text) for _, syntax, text in _GENERATORS.values()]
     rows.append((_COMPOSE_SYNTAX, "K copies of library machine NAME joined by a non-blocking "
                                   "fabric through their NICs, e.g. ndv2x2, h100x16"))
+    rows.append((_COMPOSE_SYNTAX + SHARP_SUFFIX, "the same on an InfiniBand fabric with SHARP: its "
+                                                 "switches reduce and multicast (e.g. h100x16+sharp)"))
     return rows
 
 

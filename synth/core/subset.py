@@ -12,9 +12,10 @@ between kept ranks, and machines keep their kept ranks (machines left empty disa
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from synth.core.errors import InputError
-from synth.core.topology import Group, Link, Nic, Topology
+from synth.core.topology import Group, Link, Nic, Switch, Topology
 
 
 def parse_ranks(text: str, total: int) -> tuple[int, ...]:
@@ -59,7 +60,24 @@ def sub_topology(topology: Topology, ranks: tuple[int, ...]) -> Topology:
     if topology.machines is not None:
         machines = tuple(m for m in (tuple(new[r] for r in machine if r in new) for machine in topology.machines) if m)
     name = f"{topology.name}[{rank_ranges(ranks)}]"
-    return Topology(name, len(ranks), links, tuple(groups), machines, nics, topology.sources)
+    kept_groups = {group.name for group in groups}
+    switches = tuple(kept for switch in topology.switches
+                     if (kept := _sub_switch(switch, new, kept_groups)) is not None)
+    return Topology(name, len(ranks), links, tuple(groups), machines, nics, topology.sources, switches)
+
+
+def _sub_switch(switch: Switch, new: dict[int, int], groups: set[str]) -> Switch | None:
+    """``switch`` with only the ports of kept ranks (renumbered), and port groups that are gone
+    set to None; None when no port is left."""
+    ports = [index for index, rank in enumerate(switch.ranks) if rank in new]
+    if not ports:
+        return None
+
+    def kept(names):
+        return None if names is None else tuple(names[i] if names[i] in groups else None for i in ports)
+
+    return replace(switch, ranks=tuple(new[switch.ranks[i]] for i in ports),
+                   out_groups=kept(switch.out_groups), in_groups=kept(switch.in_groups))
 
 
 def rank_ranges(ranks) -> str:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from synth.core.errors import TopologyError
 
 TOPOLOGY_FORMAT = "synth.topology"
-TOPOLOGY_VERSION = 1
+TOPOLOGY_VERSION = 1  # written when a topology has no switches (v1 files stay as they were)
+TOPOLOGY_SWITCH_VERSION = 2  # ``switches`` (DESIGN.md, "In-network reduction and multicast")
+TOPOLOGY_VERSIONS = (TOPOLOGY_VERSION, TOPOLOGY_SWITCH_VERSION)
 
 MAX_RANKS = 65536  # bigger machines are refused before anything per rank is built
 LINK_KINDS = ("nvlink", "xgmi", "pcie", "net")  # what a link is made of (optional ``kind``)
@@ -70,6 +72,72 @@ class Nic:
     alpha: float = 0.0
 
 
+SWITCH_CAPABILITIES = ("reduce", "multicast", "reduce_multicast")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A switch that computes: one port per rank in ``ranks`` (DESIGN.md, topology v2).
+
+    ``reduce``: several ports' chunks summed and delivered to one port (NVLS ld_reduce);
+    ``multicast``: one port's chunk written to several ports (NVLS multimem.st);
+    ``reduce_multicast``: both in one pass (InfiniBand SHARP aggregation). ``bandwidth`` and
+    ``alpha`` hold per port and direction; ``out_groups[i]`` / ``in_groups[i]`` name the
+    topology groups the port of ``ranks[i]`` shares with ordinary links (None: none).
+    ``kind`` (optional) is what the ports are made of (``nvlink`` for NVSwitch, ``net`` for an
+    InfiniBand switch): runtime terms pick the switch's efficiency and latency by it.
+    """
+
+    name: str
+    ranks: tuple[int, ...]
+    bandwidth: float
+    alpha: float = 0.0
+    capacity: int | None = None
+    reduce: bool = False
+    multicast: bool = False
+    reduce_multicast: bool = False
+    out_groups: tuple[str | None, ...] | None = None
+    in_groups: tuple[str | None, ...] | None = None
+    kind: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranks", tuple(self.ranks))
+        for field_name in ("out_groups", "in_groups"):
+            value = getattr(self, field_name)
+            if value is not None:
+                object.__setattr__(self, field_name, tuple(value))
+
+    @cached_property
+    def port_index(self) -> Mapping[int, int]:
+        """rank -> its position in ``ranks``."""
+        return {rank: index for index, rank in enumerate(self.ranks)}
+
+    def out_group(self, rank: int) -> str | None:
+        """The group the out-direction of ``rank``'s port shares (None: none)."""
+        return None if self.out_groups is None else self.out_groups[self.port_index[rank]]
+
+    def in_group(self, rank: int) -> str | None:
+        """The group the in-direction of ``rank``'s port shares (None: none)."""
+        return None if self.in_groups is None else self.in_groups[self.port_index[rank]]
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The names of what it can do, in ``SWITCH_CAPABILITIES`` order."""
+        return tuple(name for name in SWITCH_CAPABILITIES if getattr(self, name))
+
+    def allows(self, sources: int, destinations: int) -> str | None:
+        """The capability an operation with that many srcs and dsts needs that this switch lacks
+        (None when it may run it): several srcs and one dst need ``reduce``, several dsts from
+        one src ``multicast``, several of both ``reduce_multicast``."""
+        if sources > 1 and destinations > 1:
+            return None if self.reduce_multicast else "reduce_multicast"
+        if sources > 1:
+            return None if self.reduce or self.reduce_multicast else "reduce"
+        if destinations > 1:
+            return None if self.multicast or self.reduce_multicast else "multicast"
+        return None
+
+
 def _whole(value: float) -> int | None:
     nearest = round(value)
     if nearest >= 1 and abs(value - nearest) <= _WHOLE_TOLERANCE * max(1.0, value):
@@ -88,9 +156,11 @@ class Topology:
     machines: tuple[tuple[int, ...], ...] | None = None
     nics: tuple[Nic, ...] = ()
     sources: tuple[str, ...] = ()
+    switches: tuple[Switch, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "links", tuple(self.links))
+        object.__setattr__(self, "switches", tuple(self.switches))
         object.__setattr__(self, "groups", tuple(self.groups))
         object.__setattr__(self, "nics", tuple(self.nics))
         object.__setattr__(self, "sources", tuple(self.sources))
@@ -158,6 +228,41 @@ class Topology:
             for rank in nic.ranks:
                 self._check_rank(rank, f"NIC {nic.name!r}")
             _check_positive(nic.bandwidth, f"{where}: NIC {nic.name!r} bandwidth")
+        switch_names: set[str] = set()
+        for switch in self.switches:
+            if switch.name in switch_names:
+                raise TopologyError(f"{where}: duplicate switch name {switch.name!r}")
+            switch_names.add(switch.name)
+            self._check_switch(switch, names)
+
+    def _check_switch(self, switch: Switch, group_names: set[str]) -> None:
+        where = f"topology {self.name!r}: switch {switch.name!r}"
+        if not switch.ranks:
+            raise TopologyError(f"{where}: 'ranks' is empty")
+        seen: set[int] = set()
+        for rank in switch.ranks:
+            self._check_rank(rank, f"switch {switch.name!r}")
+            if rank in seen:
+                raise TopologyError(f"{where}: rank {rank} is named twice in 'ranks'")
+            seen.add(rank)
+        _check_positive(switch.bandwidth, f"{where}: bandwidth")
+        if not _is_number(switch.alpha) or switch.alpha < 0 or not math.isfinite(switch.alpha):
+            raise TopologyError(f"{where}: alpha must be a number >= 0, got {switch.alpha!r}")
+        _check_capacity(switch.capacity, where)
+        for name in SWITCH_CAPABILITIES:
+            if not isinstance(getattr(switch, name), bool):
+                raise TopologyError(f"{where}: {name!r} must be true or false, got {getattr(switch, name)!r}")
+        for field_name in ("out_groups", "in_groups"):
+            groups = getattr(switch, field_name)
+            if groups is None:
+                continue
+            if len(groups) != len(switch.ranks):
+                raise TopologyError(f"{where}: {field_name!r} has {len(groups)} entries for "
+                                    f"{len(switch.ranks)} ports (one per rank, in order, or null)")
+            for group in groups:
+                if group is not None and group not in group_names:
+                    raise TopologyError(f"{where}: {field_name!r} names {group!r}, which is not a group")
+        _check_kind(switch.kind, where)
 
     def _check_rank(self, rank: Any, what: str) -> None:
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.ranks:
@@ -203,6 +308,25 @@ class Topology:
     def min_link_bandwidth(self) -> float:
         return min((link.bandwidth for link in self.links), default=1.0)
 
+    @cached_property
+    def _switch_map(self) -> dict[str, Switch]:
+        return {switch.name: switch for switch in self.switches}
+
+    def switch(self, name: str) -> Switch | None:
+        """The switch called ``name``, or None."""
+        return self._switch_map.get(name)
+
+    @cached_property
+    def group_map(self) -> Mapping[str, Group]:
+        """Every group by name."""
+        return {group.name: group for group in self.groups}
+
+    def switch_capacity(self, switch: Switch) -> int | None:
+        """Chunks per round through one port of ``switch``; None when not a whole number."""
+        if switch.capacity is not None:
+            return switch.capacity
+        return _whole(switch.bandwidth / self.min_link_bandwidth)
+
     def link_capacity(self, link: Link) -> int | None:
         """Chunks per round on a link; None when bandwidth is not a whole multiple."""
         if link.capacity is not None:
@@ -223,9 +347,9 @@ class Topology:
     @cached_property
     def rounds_apply(self) -> bool:
         """True when every link and group has a whole capacity (k-synchronous model)."""
-        return all(self.link_capacity(l) is not None for l in self.links) and all(
-            self.group_capacity(g) is not None for g in self.groups
-        )
+        return (all(self.link_capacity(l) is not None for l in self.links)
+                and all(self.group_capacity(g) is not None for g in self.groups)
+                and all(self.switch_capacity(s) is not None for s in self.switches))
 
     @cached_property
     def machine_of(self) -> tuple[int, ...]:
@@ -293,16 +417,18 @@ class Topology:
             machines=self.machines,
             nics=self.nics,
             sources=self.sources,
+            switches=tuple(_reversed_switch(s) for s in self.switches),
         )
 
     def renamed(self, name: str) -> "Topology":
-        return Topology(name, self.ranks, self.links, self.groups, self.machines, self.nics, self.sources)
+        return Topology(name, self.ranks, self.links, self.groups, self.machines, self.nics, self.sources,
+                        self.switches)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "format": TOPOLOGY_FORMAT,
-            "version": TOPOLOGY_VERSION,
+            "version": TOPOLOGY_SWITCH_VERSION if self.switches else TOPOLOGY_VERSION,
             "name": self.name,
             "ranks": self.ranks,
             "links": [_link_dict(l) for l in self.links],
@@ -318,11 +444,13 @@ class Topology:
             ]
         if self.sources:
             doc["sources"] = list(self.sources)
+        if self.switches:
+            doc["switches"] = [_switch_dict(s) for s in self.switches]
         return doc
 
     @classmethod
     def from_dict(cls, doc: Any, where: str = "topology") -> "Topology":
-        """Parse a synth.topology v1 document; raises TopologyError with one clear line."""
+        """Parse a synth.topology v1 or v2 document; raises TopologyError with one clear line."""
         if not isinstance(doc, dict):
             raise TopologyError(f"{where}: expected a JSON object")
         if doc.get("format") != TOPOLOGY_FORMAT:
@@ -330,11 +458,14 @@ class Topology:
                 f"{where}: 'format' must be {TOPOLOGY_FORMAT!r}, got {doc.get('format')!r}"
             )
         version = doc.get("version")
-        if type(version) is not int or version != TOPOLOGY_VERSION:
+        if type(version) is not int or version not in TOPOLOGY_VERSIONS:
             raise TopologyError(
                 f"{where}: unsupported {TOPOLOGY_FORMAT} version {doc.get('version')!r} "
-                f"(this synth reads version {TOPOLOGY_VERSION})"
+                f"(this synth reads versions {TOPOLOGY_VERSION} and {TOPOLOGY_SWITCH_VERSION})"
             )
+        if "switches" in doc and version < TOPOLOGY_SWITCH_VERSION:
+            raise TopologyError(f"{where}: 'switches' needs {TOPOLOGY_FORMAT} version "
+                                f"{TOPOLOGY_SWITCH_VERSION}, the file says version {version}")
         name = doc.get("name", "unnamed")
         if not isinstance(name, str):
             raise TopologyError(f"{where}: 'name' must be a string")
@@ -354,8 +485,9 @@ class Topology:
         sources = _list_field(doc, "sources", where)
         if not all(isinstance(s, str) for s in sources):
             raise TopologyError(f"{where}: 'sources' must be a list of strings")
+        switches = tuple(_parse_switch(item, where) for item in _list_field(doc, "switches", where))
         try:
-            return cls(name, ranks, links, groups, machines, nics, tuple(sources))
+            return cls(name, ranks, links, groups, machines, nics, tuple(sources), switches)
         except TopologyError as exc:  # name the file, not just the topology
             detail = str(exc).removeprefix(f"topology {name!r}: ")
             raise TopologyError(f"{where}: {detail}") from None
@@ -448,3 +580,48 @@ def _group_dict(group: Group) -> dict[str, Any]:
     if group.capacity is not None:
         out["capacity"] = group.capacity
     return out
+
+
+def _parse_switch(item: Any, where: str) -> Switch:
+    if not isinstance(item, dict):
+        raise TopologyError(f"{where}: every switch must be an object")
+    for key in ("name", "ranks", "bandwidth"):
+        if key not in item:
+            raise TopologyError(f"{where}: a switch is missing {key!r}")
+    name = item["name"]
+    if not isinstance(name, str):
+        raise TopologyError(f"{where}: a switch's 'name' must be a string, got {name!r}")
+    if not isinstance(item["ranks"], list):
+        raise TopologyError(f"{where}: switch {name!r}: 'ranks' must be a list of ranks")
+    port_groups = {}
+    for key in ("out_groups", "in_groups"):
+        value = item.get(key)
+        if value is not None and (not isinstance(value, list)
+                                  or not all(g is None or isinstance(g, str) for g in value)):
+            raise TopologyError(f"{where}: switch {name!r}: {key!r} must be a list of group names "
+                                f"(or null), got {value!r}")
+        port_groups[key] = None if value is None else tuple(value)
+    flags = {key: item.get(key, False) for key in SWITCH_CAPABILITIES}
+    return Switch(name, tuple(item["ranks"]), item["bandwidth"], item.get("alpha", 0.0),
+                  item.get("capacity"), **flags, **port_groups, kind=item.get("kind"))
+
+
+def _switch_dict(switch: Switch) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": switch.name, "ranks": list(switch.ranks), "bandwidth": switch.bandwidth,
+                           "alpha": switch.alpha}
+    if switch.capacity is not None:
+        out["capacity"] = switch.capacity
+    out.update({name: getattr(switch, name) for name in SWITCH_CAPABILITIES})
+    for key in ("out_groups", "in_groups"):
+        if getattr(switch, key) is not None:
+            out[key] = list(getattr(switch, key))
+    if switch.kind is not None:
+        out["kind"] = switch.kind
+    return out
+
+
+def _reversed_switch(switch: Switch) -> Switch:
+    """The switch with data flowing the other way: out- and in-groups trade places, and so do
+    reduce (many to one) and multicast (one to many)."""
+    return replace(switch, reduce=switch.multicast, multicast=switch.reduce,
+                   out_groups=switch.in_groups, in_groups=switch.out_groups)
