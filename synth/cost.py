@@ -30,6 +30,7 @@ b bytes spends b / (bw * 1e3) us on a link.
 >>> from synth.core.collectives import allgather
 >>> from synth.core.schedule import Send, Step
 >>> from synth.core.topology import Link, Topology
+from synth.verify_switches import port_loads
 >>> pair = Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)))
 >>> s = Schedule(pair, allgather(2), (Step((Send(0, 0, 1), Send(1, 1, 0))),))
 >>> round(step_time_us(s, parse_size("1M")), 4)  # 0.7 + 524288 B / 25 GB/s
@@ -50,7 +51,7 @@ from fractions import Fraction
 from typing import Any, Iterable, Mapping
 
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule, Step
+from synth.core.schedule import Schedule, Step, port_loads
 from synth.core.topology import Link, Topology
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -65,8 +66,18 @@ NCCL_RING_HOP_US = {
     "pcie": (1.0, 2.5, 5.7),
     "net": (2.7, 4.0, 14.0),
 }
-LATENCY_ROW = {"nvlink": "nvlink", "xgmi": "nvlink", "pcie": "pcie", "net": "net"}
+LATENCY_ROW = {"nvlink": "nvlink", "xgmi": "nvlink", "pcie": "pcie", "net": "net",
+               "nvls": "nvlink", "sharp": "net"}
 UNKNOWN_KIND_ROW = "nvlink"  # the row for a link without ``kind`` (``synth cost`` says so)
+# A switch's ports are costed under a kind of their own, so runtime terms can rate them apart
+# from the links they share groups with: NVLink SHARP on an NVSwitch, SHARP on a network switch.
+SWITCH_KIND = {"nvlink": "nvls", "net": "sharp", None: "nvls"}
+SWITCH_PROTOCOLS = ("simple",)  # NVLS and CollNet run Simple only (reference/in-network.md 2.1)
+
+
+def switch_kind(switch) -> str:
+    """The cost kind of a switch's ports (``SWITCH_KIND`` by the switch's ``kind``)."""
+    return SWITCH_KIND.get(switch.kind, "nvls")
 
 
 @dataclass(frozen=True)
@@ -171,8 +182,10 @@ class RuntimeTerms:
         return int(min(max(1, wanted), self.max_channels))
 
     def efficiency_of(self, kind: str | None) -> float:
-        """The share of line rate a link of ``kind`` reaches."""
-        return self.efficiency.get(kind or UNKNOWN_KIND_ROW, self.efficiency[UNKNOWN_KIND_ROW])
+        """The share of line rate a link of ``kind`` reaches (a switch kind without a term of
+        its own takes its latency row's: nvls as nvlink, sharp as net)."""
+        fallback = self.efficiency.get(LATENCY_ROW.get(kind, UNKNOWN_KIND_ROW), self.efficiency[UNKNOWN_KIND_ROW])
+        return self.efficiency.get(kind or UNKNOWN_KIND_ROW, fallback)
 
     def call_us(self, proto: Protocol, size_bytes: float) -> float:
         """What the call adds once: the scaled base latency and (Simple) the pipeline fill."""
@@ -200,6 +213,7 @@ class _Rates:
 
 
 _KINDS = (None, *LATENCY_ROW)
+_NETWORK_KINDS = ("net", "sharp")
 
 
 def _rates(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float) -> _Rates:
@@ -210,7 +224,7 @@ def _rates(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float) -> _R
     if proto.hop_column is None:
         raise InputError("runtime terms apply to a runtime's protocols (simple, ll128, ll, best), not 'ideal'")
     return _Rates({k: terms.latency_scale * proto.alpha_factor(k) for k in _KINDS},
-                  {k: terms.net_hop_us if k == "net" else 0.0 for k in _KINDS},
+                  {k: terms.net_hop_us if k in _NETWORK_KINDS else 0.0 for k in _KINDS},
                   {k: proto.bandwidth_factor * terms.efficiency_of(k) for k in _KINDS},
                   terms.channels(size_bytes, proto.name) * terms.channel_gbps[proto.name])
 
@@ -226,17 +240,24 @@ def _call_total(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float, 
 @dataclass(frozen=True)
 class StepLoads:
     """What the step model needs of a schedule, counted once and reused for every size and
-    protocol: per step, the distinct (alpha, kind, chunks, bandwidth) of its links and the
-    distinct (chunks, bandwidth, kind) of its groups."""
+    protocol: per step, the distinct (alpha, kind, chunks, bandwidth) of its links and switch
+    ports (a port is a resource like a link, of kind ``switch_kind``) and the distinct (chunks,
+    bandwidth, kind) of its groups. ``protocols``: those it may run under (a schedule with
+    switch entries: ``SWITCH_PROTOCOLS``)."""
 
     buffer_chunks: int
     links: tuple[tuple[tuple[float, str | None, int, float], ...], ...]
     groups: tuple[tuple[tuple[int, float, str | None], ...], ...]
+    protocols: tuple[str, ...] = RUNTIME_PROTOCOLS
 
     def step_times_us(self, size_bytes: float, protocol: str | Protocol = "ideal",
                       terms: RuntimeTerms | None = None) -> list[float]:
         """Every step's duration (no per-call latency)."""
-        rates = _rates(protocol_of(protocol), terms, size_bytes)
+        proto = protocol_of(protocol)
+        if proto.hop_column is not None and proto.name not in self.protocols:
+            raise InputError(f"protocol {proto.name}: this schedule has switch entries, which run "
+                             f"under {', '.join(self.protocols)} only")
+        rates = _rates(proto, terms, size_bytes)
         b = size_bytes / self.buffer_chunks
         times = []
         for link_terms, group_terms in zip(self.links, self.groups):
@@ -257,9 +278,9 @@ class StepLoads:
         return _call_total(proto, terms, size_bytes, sum(self.step_times_us(size_bytes, proto, terms)))
 
     def best(self, size_bytes: float, terms: RuntimeTerms | None = None) -> tuple[str, float]:
-        """(name, time) of the fastest of ``RUNTIME_PROTOCOLS`` at this size."""
+        """(name, time) of the fastest of its ``protocols`` at this size."""
         found = None
-        for name in RUNTIME_PROTOCOLS:
+        for name in self.protocols:
             took = self.time_us(size_bytes, name, terms)
             if found is None or took < found[1]:
                 found = (name, took)
@@ -267,8 +288,10 @@ class StepLoads:
 
 
 def step_loads(schedule: Schedule) -> StepLoads:
-    """Count every step's chunks per link and per group once (InputError for a send on no link)."""
+    """Count every step's chunks per link, switch port and group once (InputError for a send on
+    no link or an entry on no switch)."""
     topo = schedule.topology
+    _check_switches(schedule)
     group_terms = {group.name: (group.bandwidth, topo.group_kind(group)) for group in topo.groups}
     links, groups = [], []
     for index, step in enumerate(schedule.steps):
@@ -280,9 +303,15 @@ def step_loads(schedule: Schedule) -> StepLoads:
             terms[(link.alpha, link.kind, count, link.bandwidth)] = None
             for group in topo.groups_of_link.get(key, ()):
                 per_group[group.name] += count
+        ports, switch_groups = port_loads(step, topo)
+        for (name, _, _), count in ports.items():
+            switch = topo.switch(name)
+            terms[(switch.alpha, switch_kind(switch), count, switch.bandwidth)] = None
+        per_group.update(switch_groups)
         links.append(tuple(terms))
         groups.append(tuple({(count, *group_terms[name]): None for name, count in per_group.items()}))
-    return StepLoads(schedule.collective.buffer_chunks, tuple(links), tuple(groups))
+    protocols = SWITCH_PROTOCOLS if schedule.switch_count else RUNTIME_PROTOCOLS
+    return StepLoads(schedule.collective.buffer_chunks, tuple(links), tuple(groups), protocols)
 
 
 def step_times_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal") -> list[float]:
@@ -330,19 +359,38 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
                                          tuple((g.name, group_time[g.name]) for g in topo.groups_of_link.get(key, ())))
             yield cost
 
-    makespan = event_makespan(schedule.steps, schedule.collective, costs)
+    switch_costs = _switch_costs(schedule, rates, b, group_time)
+    makespan = event_makespan(schedule.steps, schedule.collective, costs, switch_costs)
     return _call_total(proto, terms, size_bytes, makespan)
+
+
+def _switch_costs(schedule: Schedule, rates: "_Rates", b: float, group_time: Mapping[str, float]):
+    """switch_costs(entry) -> (alpha, [(port key, time)], [(group key, time)]) for the simulator:
+    an entry holds the out-port of every src and the in-port of every dst for b / port
+    bandwidth, and the groups those ports share for their times."""
+    def costs(entry):
+        switch = schedule.topology.switch(entry.switch)
+        kind = switch_kind(switch)
+        took = b / (rates.link_bandwidth(switch.bandwidth, kind) * 1e3)
+        ports = [((switch.name, r, "out"), took) for r in entry.srcs]
+        ports += [((switch.name, r, "in"), took) for r in entry.dsts]
+        groups = [(g, group_time[g]) for r in entry.srcs if (g := switch.out_group(r)) is not None]
+        groups += [(g, group_time[g]) for r in entry.dsts if (g := switch.in_group(r)) is not None]
+        return rates.alpha(switch.alpha, kind), ports, groups
+    return costs
 
 
 SendCost = tuple  # (resource key, alpha, time on the link, ((group key, time in it), ...))
 
 
-def event_makespan(steps, collective, costs) -> float:
+def event_makespan(steps, collective, costs, switch_costs=None) -> float:
     """The one event simulation: sends in step order, each starting when its source holds the
     chunk and its link is free, holding the link for its time and every group it crosses for
     theirs, landing alpha later (or when the last group is done); a step's writes land
     together (``land``). ``costs(index, step)`` yields each send's ``SendCost`` in order;
-    resources are told apart by their keys."""
+    resources are told apart by their keys. Switch entries follow the step's sends: each starts
+    when every src holds the chunk, holds every resource ``switch_costs(entry)`` names from
+    when it is free, and lands at every dst alpha after the last is done, replacing its copy."""
     ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(collective.pre) for r in pre}
     free: dict = {}
     makespan = 0.0
@@ -364,8 +412,36 @@ def event_makespan(steps, collective, costs) -> float:
                 arrival = max(arrival, done)
             landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
             makespan = max(makespan, arrival)
+        for entry in step.switches:
+            arrival = _run_entry(index, entry, ready, free, switch_costs)
+            for dst in entry.dsts:
+                landed.setdefault((dst, entry.chunk), []).append((arrival, "copy"))
+            makespan = max(makespan, arrival)
         land(ready, landed, collective.combining)
     return makespan
+
+
+def _run_entry(index: int, entry, ready: dict, free: dict, switch_costs) -> float:
+    """When one switch entry lands (see ``event_makespan``); its resources are taken."""
+    starts = [ready.get((src, entry.chunk)) for src in entry.srcs]
+    if any(start is None for start in starts):
+        raise InputError(f"simulate: step {index}: a src of switch entry {entry.switch!r} chunk {entry.chunk} "
+                         "does not hold it (verify the schedule first)")
+    alpha, ports, groups = switch_costs(entry)
+    start = max(starts)
+    served = _hold(start, ports, free)
+    return max(served + alpha, _hold(start, groups, free))
+
+
+def _hold(start: float, resources, free: dict) -> float:
+    """Take every (key, time) resource from when it is free (not before ``start``); when the
+    last is done."""
+    done = start
+    for key, took in resources:
+        finish = max(start, free.get(key, 0.0)) + took
+        free[key] = finish
+        done = max(done, finish)
+    return done
 
 
 def land(ready: dict, landed: dict, combining: bool) -> None:
@@ -382,6 +458,14 @@ def land(ready: dict, landed: dict, combining: bool) -> None:
             ready[place] = min(before, last)  # the same data was already there
         else:
             ready[place] = last
+
+
+def _check_switches(schedule: Schedule) -> None:
+    """InputError for a switch entry naming a switch the topology lacks (verify first)."""
+    for index, step in enumerate(schedule.steps):
+        for entry in step.switches:
+            if schedule.topology.switch(entry.switch) is None:
+                raise InputError(f"cost: step {index}: {schedule.topology.name} has no switch {entry.switch!r}")
 
 
 def _link(schedule: Schedule, index: int, key: tuple[int, int]) -> Link:

@@ -11,6 +11,9 @@ happened in (None for the final postcondition) and a kind:
   double_count                      a reduce adds a contribution the destination already has
   link_capacity, group_capacity     more than capacity x rounds chunks on a link/group in a step
   postcondition                     a rank misses a chunk (or holds a wrong sum) at the end
+  no_switch, not_a_port, bad_switch_entry, switch_capability, switch_capacity
+                                    switch entries (``synth.verify_switches``, which also
+                                    applies the rules above to them)
 
 The array replay (``is_valid``): for big schedules ``verify`` first checks the same rules a step
 at a time over numpy arrays of the step's sends (which ranks hold which chunks as [rank, chunk]
@@ -36,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from synth import verify_switches
 from synth.core.errors import InvalidScheduleError, SynthesisBug
 from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send
@@ -89,11 +93,23 @@ def verify(schedule: Schedule) -> list[Violation]:
             found.extend(problems)
             if not any(p.kind in ("bad_rank", "bad_chunk", "not_held") for p in problems):
                 valid.append(send)
+        entries = []
+        for entry in step.switches:
+            problems = verify_switches.check_entry(index, entry, schedule, state, Violation)
+            found.extend(problems)
+            if not any(p.kind in _UNAPPLIED for p in problems):
+                entries.append(entry)
         found.extend(_check_capacity(index, step, schedule))
-        found.extend(_apply(index, valid, coll.combining, state))
+        switch_writes, problems = verify_switches.landed(index, entries, coll.combining, state, Violation)
+        found.extend(problems)
+        found.extend(_apply(index, valid, coll.combining, state, switch_writes))
 
     found.extend(_check_post(schedule, state))
     return found
+
+
+# switch entries that cannot be replayed (the rest land even when they break a rule)
+_UNAPPLIED = ("bad_rank", "bad_chunk", "not_held", "no_switch", "not_a_port", "bad_switch_entry")
 
 
 def _check_rounds(index: int, rounds) -> list[Violation]:
@@ -140,7 +156,8 @@ def _check_capacity(index: int, step, schedule: Schedule) -> list[Violation]:
                     f"{step.rounds} round(s) = {capacity * step.rounds}",
                 )
             )
-    per_group: Counter = Counter()
+    out.extend(verify_switches.capacity_violations(index, step, topo, Violation))
+    per_group: Counter = verify_switches.port_loads(step, topo)[1]
     groups_of = topo.groups_of_link
     for key, count in per_link.items():
         for group in groups_of.get(key, ()):
@@ -162,13 +179,21 @@ def _check_capacity(index: int, step, schedule: Schedule) -> list[Violation]:
     return out
 
 
-def _apply(index: int, sends: list[Send], combining: bool, state) -> list[Violation]:
-    """Land the step's writes (read from the pre-step state) and report write conflicts."""
+def _apply(index: int, sends: list[Send], combining: bool, state, switch_writes=None) -> list[Violation]:
+    """Land the step's writes (read from the pre-step state) and report write conflicts;
+    ``switch_writes`` maps (rank, chunk) to the (mask, doubled) values switch entries write there,
+    which replace the copy and may share their place with no other write."""
     out: list[Violation] = []
     writes: dict[tuple[int, int], list[Send]] = {}
     for send in sends:
         writes.setdefault((send.dst, send.chunk), []).append(send)
     updates: dict[tuple[int, int], tuple[int, bool]] = {}
+    for (dst, chunk), values in sorted((switch_writes or {}).items()):
+        others = len(values) - 1 + len(writes.pop((dst, chunk), ()))
+        if others:
+            out.append(Violation(index, "conflicting_write", f"rank {dst} chunk {chunk} is written by a "
+                                                             f"switch entry and {others} other entr(ies)"))
+        updates[(dst, chunk)] = values[-1] if combining else _HELD
     for (dst, chunk), group in sorted(writes.items()):
         ops = {s.op for s in group}
         if len(group) > 1 and ops != {"reduce"}:
@@ -259,7 +284,10 @@ def _ranks(ranks: list[int]) -> str:
 # ---------------------------------------------------------------- the array replay
 def is_valid(schedule: Schedule) -> bool | None:
     """True exactly when ``verify(schedule)`` finds nothing; None when a send's
-    ``op`` is neither ``copy`` nor ``reduce`` (the replay decides those)."""
+    ``op`` is neither ``copy`` nor ``reduce`` or a step has switch entries (the replay decides
+    those)."""
+    if schedule.switch_count:
+        return None
     steps = []
     for step in schedule.steps:
         count = len(step.sends)

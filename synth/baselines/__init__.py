@@ -55,6 +55,7 @@ def registry() -> dict[str, Baseline]:
         hierarchical,
         moe,
         nccl,
+        nccl_nvls,
         nccl_pat,
         nccl_ring,
         nccl_tree,
@@ -68,6 +69,7 @@ def registry() -> dict[str, Baseline]:
         + nccl_ring.BASELINES
         + nccl_tree.BASELINES
         + nccl_pat.BASELINES
+        + nccl_nvls.BASELINES
         + nccl.BASELINES
         + recursive.BASELINES
         + trees.BASELINES

@@ -56,6 +56,7 @@ from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
 from synth.bounds.flow import Demand, flow_lp, flow_variables
 from synth.bounds.moe_cuts import MOE_NAMES, moe_bounds
 from synth.bounds.steps import latency_floor, steps_bound
+from synth.bounds.switches import port_view, reducing
 from synth.core.collective import Collective
 from synth.core.reductions import DUAL, Part
 from synth.core.topology import Topology
@@ -137,12 +138,34 @@ def lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int 
     if collective.name in MOE_NAMES:  # one chunk a token: counted over arrays, not per chunk
         return moe_bounds(topology, collective)
     collective.check_on(topology)
+    if topology.switches:
+        return _switch_bounds(topology, collective)
     steps = steps_bound(topology, collective)
     if not _is_allreduce(collective):
         return _bounds(topology, collective, steps, _limit(topology, collective, max_flow_vars, symmetry), None)
     direct = _direct_limit(topology, collective, max_flow_vars, symmetry)
     composed = _best(_composition(topology, collective, max_flow_vars, symmetry), direct)
     return _bounds(topology, collective, steps, composed, _bounds(topology, collective, steps, direct, None))
+
+
+def _switch_bounds(topology: Topology, collective: Collective) -> Bounds:
+    """Bounds on a topology with switches: cuts on the port view (``synth.bounds.switches``)."""
+    view = port_view(topology)
+    steps = steps_bound(view, collective)
+    note = "cuts over links and switch ports (flow LP skipped: a switch entry is a hyperedge)"
+    if not _is_allreduce(collective):
+        limit = _limit(view, collective, 0)
+        return replace(_bounds(view, collective, steps, replace(limit, links=0.0, method=note), None),
+                       topology=topology.name)
+    direct = replace(_direct_limit(view, collective, 0), links=0.0, method=note)
+    proven = replace(_bounds(view, collective, steps, direct, None), topology=topology.name)
+    if reducing(topology):
+        switches = ", ".join(s.name for s in topology.switches if s.reduce or s.reduce_multicast)
+        return replace(proven, binding=f"{proven.binding}; every rank sends and receives the buffer "
+                                       f"(in-switch reduction: {switches})")
+    composed = _best(_composition(view, collective, 0), direct)
+    return replace(_bounds(view, collective, steps, replace(composed, links=0.0, method=note), proven),
+                   topology=topology.name)
 
 
 def _bounds(topo: Topology, coll: Collective, steps: int, limit: Limit, proven: Bounds | None) -> Bounds:

@@ -181,7 +181,7 @@ def _print_table(schedule, rows: list[dict], terms) -> None:
     from synth.cost import format_size
 
     coll, topo = schedule.collective, schedule.topology
-    print(f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, {schedule.send_count} sends "
+    print(f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, {schedule.traffic_text} "
           f"({schedule.meta.get('algorithm') or schedule.meta.get('synthesizer') or 'unnamed'})"
           + ("" if terms is None else f"; runtime terms of calibration {terms.label}, one thread block per "
                                       "link per instance"))

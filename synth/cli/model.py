@@ -51,12 +51,17 @@ def add_model_parsers(sub) -> None:
 
 
 def cmd_topo_list(args) -> int:
-    from synth.core.library import LINK_NOTE, list_topologies
+    """One line per library machine, generator and syntax; a library machine's line names what its
+    switches can do (its description, else a note after it)."""
+    from synth.core.library import LINK_NOTE, library_names, list_topologies, load_library
+    from synth.core.topology_summary import switch_note
 
     rows = list_topologies()
+    library = set(library_names())
     width = max(len(name) for name, _ in rows)
     for name, description in rows:
-        print(f"{name:<{width}}  {description}")
+        note = switch_note(load_library(name), description) if name in library else ""
+        print(f"{name:<{width}}  {description}{note}")
     print(LINK_NOTE)
     return 0
 
@@ -79,6 +84,10 @@ def _add_import_options(p) -> None:
                                                                "usual one for the GPU)")
     p.add_argument("--nodes", type=int, default=1, metavar="K", help="K copies joined through their NICs, as the "
                                                                       "library's NAMExK")
+    p.add_argument("--nvls", choices=("on", "off"),
+                   help="NVLink SHARP in the NVSwitch (a switch that reduces and multicasts): default on for NVSwitch "
+                        "boards of Hopper or newer (H100, H200, B200, B300, GB200, ...), off otherwise; on needs an "
+                        "NVSwitch")
     p.add_argument("--cpu", choices=("intel", "amd", "power", "arm"),
                    help="CPU family, for the CPU-to-CPU interconnect of PCIe paths across sockets (default intel)")
     p.add_argument("--name", help="topology name (default: from the file name)")
@@ -95,7 +104,7 @@ def _import_options(args) -> dict:
 
         model(args.gpu)  # an unknown name is one line before the file is read
     return {"gpu": args.gpu, "nic_gbps": args.nic_gbps, "nodes": args.nodes, "name": args.name, "cpu": args.cpu,
-            "nvlink": getattr(args, "nvlink", None)}
+            "nvlink": getattr(args, "nvlink", None), "nvls": args.nvls}
 
 
 def _write_topology(topo, output: str | None) -> int:
@@ -181,7 +190,7 @@ def cmd_verify(args) -> int:
     violations = verify(schedule)
     coll, topo = schedule.collective, schedule.topology
     summary = (f"{coll.name} on {topo.name}: {len(schedule.steps)} steps, "
-               f"{schedule.send_count} sends, rounds {schedule.total_rounds}")
+               f"{schedule.traffic_text}, rounds {schedule.total_rounds}")
     if args.json:
         print(json.dumps({
             "valid": not violations,

@@ -1,7 +1,8 @@
 """Join K copies of a one-machine topology through their NICs (the ``NAMExK`` syntax).
 
-Copy m holds ranks m*G .. m*G+G-1 (G = ranks of the base). Its links, groups (renamed ``mM-...``)
-and NICs (``mM-nicI``) are copied. Each copy's switches are copied too (``mM-NAME``, ports and port groups renumbered). The copies are then joined by a non-blocking fabric: for every
+Copy m holds ranks m*G .. m*G+G-1 (G = ranks of the base). Its links, groups (renamed ``mM-...``),
+NICs (``mM-nicI``) and switches (``mM-NAME``, ports and port groups renumbered) are copied. The
+copies are then joined by a non-blocking fabric: for every
 ordered pair of NICs a, b on different copies there is a link from every rank a serves to every
 rank b serves, with bandwidth min(a, b), alpha max(a, b) and kind ``net``. The NICs are the
 bottleneck: group ``mM-nicI-out`` holds every fabric link leaving through a NIC, ``mM-nicI-in``
@@ -20,9 +21,9 @@ whose port for each rank behind a NIC runs at the NIC's bandwidth and shares its
 
 from __future__ import annotations
 
-from synth.core.errors import TopologyError
 from dataclasses import replace
 
+from synth.core.errors import TopologyError
 from synth.core.topology import Group, Link, Nic, Switch, Topology
 
 MAX_LINKS = 2_000_000  # refuse compositions whose link list would be this long (h100x128: 1.05M)
@@ -59,22 +60,7 @@ def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
             f"more than the {MAX_LINKS} allowed"
         )
 
-    links: list[Link] = []
-    groups: list[Group] = []
-    nics: list[Nic] = []
-    switches: list[Switch] = []
-    for m in range(k):
-        off = m * size
-        links += [Link(l.src + off, l.dst + off, l.bandwidth, l.alpha, l.capacity, l.kind) for l in base.links]
-        groups += [
-            Group(f"m{m}-{g.name}", tuple((s + off, d + off) for s, d in g.links), g.bandwidth, g.capacity)
-            for g in base.groups
-        ]
-        nics += [
-            Nic(f"m{m}-{n.name}", tuple(r + off for r in n.ranks), n.bandwidth, n.alpha) for n in base.nics
-        ]
-        switches += [_copied_switch(s, m, off) for s in base.switches]
-
+    links, groups, nics, switches = _copies(base, k)
     seen = {l.key for l in links}
     fabric: list[Link] = []
     out_keys: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(nics))}
@@ -112,6 +98,27 @@ def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
     name = f"{base.name}x{k}" + ("+sharp" if sharp else "")
     return Topology(name, size * k, tuple(links + fabric), tuple(groups), machines,
                     tuple(nics), sources, tuple(switches))
+
+
+def _copies(base: Topology, k: int) -> tuple[list[Link], list[Group], list[Nic], list[Switch]]:
+    """The links, groups, NICs and switches of the K copies, renamed and renumbered."""
+    size = base.ranks
+    links: list[Link] = []
+    groups: list[Group] = []
+    nics: list[Nic] = []
+    switches: list[Switch] = []
+    for m in range(k):
+        off = m * size
+        links += [Link(l.src + off, l.dst + off, l.bandwidth, l.alpha, l.capacity, l.kind) for l in base.links]
+        groups += [
+            Group(f"m{m}-{g.name}", tuple((s + off, d + off) for s, d in g.links), g.bandwidth, g.capacity)
+            for g in base.groups
+        ]
+        nics += [
+            Nic(f"m{m}-{n.name}", tuple(r + off for r in n.ranks), n.bandwidth, n.alpha) for n in base.nics
+        ]
+        switches += [_copied_switch(s, m, off) for s in base.switches]
+    return links, groups, nics, switches
 
 
 SHARP_SOURCE = ("sharp: the fabric aggregates in its switches (InfiniBand SHARP through NCCL's CollNet "

@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from synth.core.collective import Collective
-from synth.core.errors import InfeasibleError, ScheduleFormatError, SolverError, UnknownResultError
+from synth.core.errors import InfeasibleError, InputError, ScheduleFormatError, SolverError, UnknownResultError
 from synth.core.topology import Topology
 
 SCHEDULE_FORMAT = "synth.schedule"
-SCHEDULE_VERSION = 1
+SCHEDULE_VERSION = 1  # written when no step has a switch entry and the topology has no switch
+SCHEDULE_SWITCH_VERSION = 2  # switch entries (DESIGN.md, "In-network reduction and multicast")
+SCHEDULE_VERSIONS = (SCHEDULE_VERSION, SCHEDULE_SWITCH_VERSION)
 OPS = ("copy", "reduce")
+SWITCH_OP = "switch"
 
 
 @dataclass(frozen=True, order=True)
@@ -34,15 +37,37 @@ class Send:
     op: str = "copy"
 
 
+@dataclass(frozen=True, order=True)
+class SwitchSend:
+    """A switch operation: chunk ``chunk`` read from every rank in ``srcs`` and, summed when
+    there are several, written over every rank in ``dsts`` through switch ``switch``
+    (DESIGN.md: one src and several dsts is a multicast, several srcs and one dst a reduce,
+    several of both a reduce-multicast)."""
+
+    chunk: int
+    switch: str
+    srcs: tuple[int, ...]
+    dsts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "srcs", tuple(self.srcs))
+        object.__setattr__(self, "dsts", tuple(self.dsts))
+
+    op = SWITCH_OP
+
+
 @dataclass(frozen=True)
 class Step:
-    """Sends that run concurrently; ``rounds`` (k-synchronous budget) may be None."""
+    """Sends that run concurrently; ``rounds`` (k-synchronous budget) may be None; ``switches``
+    are the step's switch operations (written in ``sends`` with ``"op": "switch"``)."""
 
     sends: tuple[Send, ...]
     rounds: int | None = 1
+    switches: tuple[SwitchSend, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sends", tuple(self.sends))
+        object.__setattr__(self, "switches", tuple(self.switches))
 
 
 @dataclass(frozen=True)
@@ -67,13 +92,30 @@ class Schedule:
     def send_count(self) -> int:
         return sum(len(step.sends) for step in self.steps)
 
+    @property
+    def switch_count(self) -> int:
+        """How many switch operations the steps hold."""
+        return sum(len(step.switches) for step in self.steps)
+
+    @property
+    def traffic_text(self) -> str:
+        """``N sends`` and, when there are any, ``, M switch entries``."""
+        entries = self.switch_count
+        return f"{self.send_count} sends" + (f", {entries} switch entries" if entries else "")
+
+    @property
+    def version(self) -> int:
+        """The synth.schedule version its document needs (2 with switches anywhere)."""
+        uses_switches = self.switch_count or self.topology.switches
+        return SCHEDULE_SWITCH_VERSION if uses_switches else SCHEDULE_VERSION
+
     def with_meta(self, **extra: Any) -> "Schedule":
         return Schedule(self.topology, self.collective, self.steps, {**self.meta, **extra})
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "format": SCHEDULE_FORMAT,
-            "version": SCHEDULE_VERSION,
+            "version": self.version,
             "topology": self.topology.to_dict(),
             "collective": self.collective.to_dict(),
             "steps": [_step_dict(step) for step in self.steps],
@@ -84,7 +126,7 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, doc: Any, where: str = "schedule") -> "Schedule":
-        """Parse a synth.schedule v1 document (no verification; see synth.verify.load_schedule)."""
+        """Parse a synth.schedule v1 or v2 document (no verification; see synth.verify.load_schedule)."""
         if not isinstance(doc, dict):
             raise ScheduleFormatError(f"{where}: expected a JSON object")
         if doc.get("format") != SCHEDULE_FORMAT:
@@ -92,10 +134,10 @@ class Schedule:
                 f"{where}: 'format' must be {SCHEDULE_FORMAT!r}, got {doc.get('format')!r}"
             )
         version = doc.get("version")
-        if type(version) is not int or version != SCHEDULE_VERSION:
+        if type(version) is not int or version not in SCHEDULE_VERSIONS:
             raise ScheduleFormatError(
                 f"{where}: unsupported {SCHEDULE_FORMAT} version {doc.get('version')!r} "
-                f"(this synth reads version {SCHEDULE_VERSION})"
+                f"(this synth reads versions {SCHEDULE_VERSION} and {SCHEDULE_SWITCH_VERSION})"
             )
         for key in ("topology", "collective", "steps"):
             if key not in doc:
@@ -104,7 +146,7 @@ class Schedule:
         collective = Collective.from_dict(doc["collective"], where=f"{where}: collective")
         if not isinstance(doc["steps"], list):
             raise ScheduleFormatError(f"{where}: 'steps' must be a list")
-        steps = tuple(_parse_step(item, index, where) for index, item in enumerate(doc["steps"]))
+        steps = tuple(_parse_step(item, index, where, version) for index, item in enumerate(doc["steps"]))
         meta = doc.get("meta", {})
         if not isinstance(meta, dict):
             raise ScheduleFormatError(f"{where}: 'meta' must be an object")
@@ -117,6 +159,9 @@ def _step_dict(step: Step) -> dict[str, Any]:
         out["rounds"] = step.rounds
     out["sends"] = [
         {"chunk": s.chunk, "src": s.src, "dst": s.dst, "op": s.op} for s in step.sends
+    ] + [
+        {"op": SWITCH_OP, "switch": s.switch, "chunk": s.chunk, "srcs": list(s.srcs), "dsts": list(s.dsts)}
+        for s in step.switches
     ]
     return out
 
@@ -125,16 +170,22 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _parse_step(item: Any, index: int, where: str) -> Step:
+def _parse_step(item: Any, index: int, where: str, version: int = SCHEDULE_VERSION) -> Step:
     if not isinstance(item, dict) or not isinstance(item.get("sends"), list):
         raise ScheduleFormatError(f"{where}: step {index} must be an object with a 'sends' list")
     rounds = item.get("rounds")
     if rounds is not None and not _is_int(rounds):
         raise ScheduleFormatError(f"{where}: step {index}: 'rounds' must be an integer")
-    sends = []
+    sends, switches = [], []
     for send in item["sends"]:
         if not isinstance(send, dict):
             raise ScheduleFormatError(f"{where}: step {index}: every send must be an object")
+        if send.get("op") == SWITCH_OP:
+            if version < SCHEDULE_SWITCH_VERSION:
+                raise ScheduleFormatError(f"{where}: step {index}: a switch entry needs {SCHEDULE_FORMAT} "
+                                          f"version {SCHEDULE_SWITCH_VERSION}, the file says version {version}")
+            switches.append(_parse_switch_send(send, f"{where}: step {index}"))
+            continue
         for key in ("chunk", "src", "dst"):
             if not _is_int(send.get(key)):
                 raise ScheduleFormatError(
@@ -142,9 +193,30 @@ def _parse_step(item: Any, index: int, where: str) -> Step:
                 )
         op = send.get("op", "copy")
         if op not in OPS:
-            raise ScheduleFormatError(f"{where}: step {index}: op must be 'copy' or 'reduce', got {op!r}")
+            raise ScheduleFormatError(f"{where}: step {index}: op must be 'copy', 'reduce' or "
+                                      f"'switch', got {op!r}")
         sends.append(Send(send["chunk"], send["src"], send["dst"], op))
-    return Step(tuple(sends), rounds)
+    return Step(tuple(sends), rounds, tuple(switches))
+
+
+def _parse_switch_send(entry: dict, where: str) -> SwitchSend:
+    """One ``{"op": "switch", ...}`` entry: the fields' types and the rules a single entry can
+    break on its own (empty or repeated srcs/dsts); the rest is the verifier's."""
+    name = entry.get("switch")
+    if not isinstance(name, str):
+        raise ScheduleFormatError(f"{where}: switch entry field 'switch' must be a switch name, got {name!r}")
+    if not _is_int(entry.get("chunk")):
+        raise ScheduleFormatError(f"{where}: switch entry field 'chunk' must be an integer, got {entry.get('chunk')!r}")
+    ranks = {}
+    for key in ("srcs", "dsts"):
+        value = entry.get(key)
+        if not isinstance(value, list) or not value or not all(_is_int(r) for r in value):
+            raise ScheduleFormatError(f"{where}: switch entry field {key!r} must be a non-empty list of "
+                                      f"ranks, got {value!r}")
+        if len(set(value)) != len(value):
+            raise ScheduleFormatError(f"{where}: switch entry field {key!r} names a rank twice: {value!r}")
+        ranks[key] = tuple(value)
+    return SwitchSend(entry["chunk"], name, ranks["srcs"], ranks["dsts"])
 
 
 class Status(enum.StrEnum):
@@ -185,8 +257,37 @@ class SolveResult:
         raise SolverError(f"the solver failed on {what}: {self.message}")
 
 
-def rounds_needed(topology: Topology, sends: Sequence[Send]) -> int | None:
-    """Fewest rounds for which the sends fit every link and group capacity (None: no rounds)."""
+def refuse_switches(schedule: "Schedule", stage: str) -> None:
+    """InputError (one line) when ``schedule`` has switch entries that ``stage`` cannot carry:
+    how a stage without switch support says so instead of dropping them."""
+    if schedule.switch_count:
+        names = sorted({entry.switch for step in schedule.steps for entry in step.switches})
+        raise InputError(f"{stage} does not take switch entries; this schedule has "
+                         f"{schedule.switch_count} (switch {', '.join(names)})")
+
+
+def port_loads(step: Step, topology: Topology) -> tuple[Counter, Counter]:
+    """(chunks per (switch, rank, 'out'|'in') port, chunks per group name) that the step's switch
+    entries put on ports of known switches: one chunk on the out-port of every src and the
+    in-port of every dst, and on the groups those ports share."""
+    ports: Counter = Counter()
+    groups: Counter = Counter()
+    for entry in step.switches:
+        switch = topology.switch(entry.switch)
+        if switch is None:
+            continue
+        for direction, ranks, group_of in (("out", entry.srcs, switch.out_group), ("in", entry.dsts, switch.in_group)):
+            for rank in ranks:
+                if rank in switch.port_index:
+                    ports[(switch.name, rank, direction)] += 1
+                    if (group := group_of(rank)) is not None:
+                        groups[group] += 1
+    return ports, groups
+
+
+def rounds_needed(topology: Topology, sends: Sequence[Send], switches: Sequence[SwitchSend] = ()) -> int | None:
+    """Fewest rounds for which the sends and switch entries fit every link, port and group
+    capacity (None: no rounds)."""
     if not topology.rounds_apply:
         return None
     per_link = Counter((s.src, s.dst) for s in sends)
@@ -194,7 +295,9 @@ def rounds_needed(topology: Topology, sends: Sequence[Send]) -> int | None:
     for key, count in per_link.items():
         capacity = topology.link_capacity(topology.link(*key))
         need = max(need, -(-count // capacity))
-    per_group: Counter = Counter()
+    ports, per_group = port_loads(Step((), None, tuple(switches)), topology)
+    for (name, _, _), count in ports.items():
+        need = max(need, -(-count // topology.switch_capacity(topology.switch(name))))
     for key, count in per_link.items():
         for group in topology.groups_of_link.get(key, ()):
             per_group[group.name] += count

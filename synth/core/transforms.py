@@ -19,7 +19,7 @@ from collections import Counter
 
 from synth.core.collective import Collective
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Step, refuse_switches
 
 DUAL_NAMES = {
     "allgather": "reduce_scatter",
@@ -51,6 +51,7 @@ def dual_collective(coll: Collective) -> Collective:
 def dual_schedule(schedule: Schedule) -> Schedule:
     """Run a tree-shaped non-combining schedule backwards as a reduction on the reversed topology."""
     coll = schedule.collective
+    refuse_switches(schedule, "dual_schedule")
     if coll.combining:
         raise InputError("dual_schedule takes a non-combining schedule")
     received: Counter = Counter()
@@ -91,8 +92,8 @@ def merge_steps(schedule: Schedule) -> Schedule:
     >>> [step.rounds for step in merged.steps], verify(merged)
     ([2], [])
     """
-    if any(step.rounds is None for step in schedule.steps):
-        return schedule
+    if any(step.rounds is None for step in schedule.steps) or schedule.switch_count:
+        return schedule  # switch entries: left as they are (their steps stay apart)
     steps = list(schedule.steps)
     t = 0
     while t + 1 < len(steps):

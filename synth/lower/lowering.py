@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule
+from synth.core.schedule import Schedule, refuse_switches
 from synth.lower.blocks import (
     Overflow,
     add_dependencies,
@@ -130,6 +130,7 @@ def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions(), layo
     chunk) lives (default: MSCCL's layout for the collective, ``buffer_layout``); a runtime that
     packs its buffers its own way (synth.runtime.moe: a rank's tokens only) passes its own, which
     must place every (rank, chunk) of ``pre`` in ``inputs`` and of ``post`` in ``outputs``."""
+    refuse_switches(schedule, "lowering to a program (MSCCL XML, MSCCL++, synth run)")
     profile = _check_options(options)
     if layout is None:
         layout = buffer_layout(schedule.collective, options.inplace)

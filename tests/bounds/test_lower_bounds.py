@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -238,7 +239,7 @@ def test_allreduce_composition_is_a_convention_not_a_proof():
 def _check_valid_schedule(schedule: Schedule) -> None:
     b = lower_bounds(schedule.topology, schedule.collective)
     proven = b.proven or b
-    assert sum(1 for step in schedule.steps if step.sends) >= proven.steps
+    assert sum(1 for step in schedule.steps if step.sends or step.switches) >= proven.steps
     for size in (1, 4096, MIB, 1 << 30):
         assert proven.time_us(size) <= step_time_us(schedule, size) * (1 + 1e-9)
     if proven.rounds_per_chunk is not None and schedule.total_rounds is not None:
@@ -266,6 +267,8 @@ NOT_APPLICABLE = {
     **{(t, "hierarchical", c): "two or more machines"
        for t in BASELINE_TOPOLOGIES for c in ("allgather", "allreduce", "reduce_scatter")},
     **{(t, "nccl_pat", c): "one GPU per machine" for t in BASELINE_TOPOLOGIES for c in ("allgather", "reduce_scatter")},
+    **{(t, "nccl_nvls", c): "reduce and multicast" for t in BASELINE_TOPOLOGIES  # no switch here
+       for c in ("allgather", "allreduce", "reduce_scatter")},
     ("uring4", "recursive_doubling", "allreduce"): "direct links",  # unidirectional: no r <-> r^1 pair
     ("uring4", "recursive_halving", "allreduce"): "direct links",
     ("uring4", "recursive_halving", "reduce_scatter"): "direct links",
@@ -299,6 +302,27 @@ def test_baselines_respect_the_bounds(topo_name, name, coll):
     assert verify(schedule) == []
     assert schedule.collective.name == coll
     _check_valid_schedule(schedule)
+
+
+@pytest.mark.parametrize("coll", ["allgather", "allreduce", "reduce_scatter"])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_switch_schedules_respect_the_switch_bounds(coll, chunks):
+    """NVLS through the h100's NVSwitch: valid, and never faster than the bounds with switches
+    (a point-to-point bound would be beaten: allreduce NVLS busbw 700 > 450)."""
+    schedule = baselines.build_baseline(resolve_topology("h100"), "nccl_nvls", coll, chunks=chunks)
+    assert verify(schedule) == [] and schedule.switch_count
+    _check_valid_schedule(schedule)
+
+
+def test_a_reducing_switch_lifts_the_allreduce_bound_to_the_whole_buffer_per_port():
+    """in-network.md 4.2: every GPU sends and receives M, busbw 2(n-1)/n x 450 = 787.5 on h100;
+    allgather and reduce-scatter gain nothing (450)."""
+    h100 = resolve_topology("h100")
+    assert lower_bounds(h100, allreduce(8)).busbw_gbps == pytest.approx(787.5)
+    assert lower_bounds(h100, allgather(8)).busbw_gbps == pytest.approx(450.0)
+    assert lower_bounds(h100, reduce_scatter(8)).busbw_gbps == pytest.approx(450.0)
+    plain = replace(h100, switches=())
+    assert lower_bounds(plain, allreduce(8)).busbw_gbps == pytest.approx(450.0)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

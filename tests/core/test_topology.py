@@ -32,7 +32,7 @@ def test_example_topology_loads():
     "changes, message",
     [
         ({"format": "synth.schedule"}, "'format' must be"),
-        ({"version": 2}, "unsupported synth.topology version 2"),
+        ({"version": 3}, "unsupported synth.topology version 3"),
         ({"ranks": 0}, "positive integer"),
         ({"links": [{"src": 0, "dst": 0, "bandwidth": 25.0}]}, "self-loop"),
         ({"links": [{"src": 0, "dst": 1, "bandwidth": 25.0}, {"src": 0, "dst": 1, "bandwidth": 25.0}]},
