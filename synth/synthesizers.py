@@ -14,7 +14,9 @@ Registered, in the order ``auto`` tries them:
   schedule, or a proof that none exists. Needs the steps, and whole capacities.
 - ``milp``: the sketch-guided router (routing MILP, ordering LPs, timing), for any machine and
   any bandwidths; optimises for a size.
-- ``greedy``: pipelined one-round-per-step schedules with many chunks, in seconds at any scale.
+- ``greedy``: pipelined one-round-per-step schedules with many chunks, in seconds at any scale;
+  allreduce and allgather through a switch that reduces and multicasts over every rank (NVLS)
+  by the switch planner (``synth.greedy.switches``), mixed with point-to-point sends.
 
 >>> from synth.core.library import resolve_topology
 >>> names()
@@ -208,13 +210,38 @@ class Greedy(_Planner):
         if _is_moe(problem):
             return _moe(problem, options, "planner")
         started = time.perf_counter()
-        schedule = pipelined(problem.topology, problem.collective, problem.chunks or 1, problem.root)
+        schedule = self._through_switch(problem, options)
+        if schedule is None:
+            schedule = pipelined(problem.topology, problem.collective, problem.chunks or 1, problem.root)
         seconds = time.perf_counter() - started
         size = problem.at_size
         took = step_time_us(schedule, size)
         bound = lower_bounds(problem.topology, schedule.collective).time_us(size)
         details = {"size": size, "time_us": took, "bound_us": bound, "percent_of_bound": 100.0 * bound / took}
         return SolveResult(Status.SOLVED, schedule, seconds, details=details)
+
+
+    @staticmethod
+    def _through_switch(problem: Problem, options: Options):
+        """The switch planner's schedule at the problem's size where it applies (with --chunks:
+        its variant of that many chunks per rank, if one exists); None elsewhere."""
+        from synth.greedy.switches import applies, switch_plan, variants
+
+        if applies(problem.topology, problem.collective) is not None:
+            if problem.topology.switches:
+                options.say(f"greedy: point-to-point only on {problem.topology.name}: "
+                            f"{applies(problem.topology, problem.collective)}")
+            return None
+        if problem.chunks is None:
+            return switch_plan(problem.topology, problem.collective, problem.at_size)
+        fitting = [s for s in variants(problem.topology, problem.collective)
+                   if s.collective.chunks_per_rank == problem.chunks]
+        if not fitting:
+            options.say(f"greedy: no switch plan has {problem.chunks} chunks per rank; point-to-point pipeline")
+            return None
+        from synth.cost import step_time_us
+
+        return min(fitting, key=lambda s: step_time_us(s, problem.at_size))
 
 
 REGISTRY: dict[str, Synthesizer] = {backend.name: backend for backend in (Smt(), Milp(), Greedy())}

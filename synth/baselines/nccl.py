@@ -7,8 +7,9 @@ Each is built as a verified schedule (``nccl_ring``, ``nccl_tree``, ``nccl_pat``
 the sized ones tuned to the size) and costed at its best protocol (Simple, LL128, LL); the
 fastest is the best NCCL could do, which is what every speedup is measured against. Channels:
 the rings already use every link unit and NIC, and in the step model fewer channels never help,
-so only the full channel plan is costed. NVLS and CollNet need in-switch or in-network
-reduction, which chunk copies cannot express: they are not modelled.
+so only the full channel plan is costed. On one NVSwitch domain with NVLink SHARP, allreduce
+also has NVLS (``nccl_nvls``: switch entries, Simple only). NVLSTree and CollNet (across
+machines) are in the runtime model (``synth.measure.runtime``), not built as schedules here.
 
 Beside it, the meta records what NCCL's own tuning model (``nccl_model``) predicts for every
 (algorithm, protocol) it would consider, and which one its tuner would pick.
@@ -32,7 +33,7 @@ from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
 OPTIONS = {  # collective -> the algorithm baselines NCCL chooses between
-    "allreduce": ("nccl_ring", "nccl_tree"),
+    "allreduce": ("nccl_ring", "nccl_tree", "nccl_nvls"),
     "allgather": ("nccl_ring", "nccl_pat"),
     "reduce_scatter": ("nccl_ring", "nccl_pat"),
     "broadcast": ("nccl_ring",),
@@ -42,7 +43,8 @@ OPTIONS = {  # collective -> the algorithm baselines NCCL chooses between
     "gather": ("direct",),
     "scatter": ("direct",),
 }
-MODEL_NAMES = {"nccl_ring": "ring", "nccl_tree": "tree", "nccl_pat": "pat"}  # our baseline -> NCCL's algorithm
+# our baseline -> NCCL's algorithm
+MODEL_NAMES = {"nccl_ring": "ring", "nccl_tree": "tree", "nccl_pat": "pat", "nccl_nvls": "nvls"}
 DEFAULT_SIZE = 1024**3
 
 

@@ -2,7 +2,8 @@
 that runtime can beat.
 
 The bound is the ideal model's bound (``lower_bounds``) on the effective topology, where every
-link and group moves at its line rate times its kind's efficiency and every alpha is scaled by
+link, group and switch port moves at its line rate times its kind's efficiency (a switch's
+ports: ``synth.cost.switch_kind``) and every alpha is scaled by
 the runtime's latency factor (plus the network hop on network links), plus the smallest
 per-call latency of the runtime's protocols, and never below the launch floor. Every protocol's
 alpha factor is at least LL's (1) and its payload share at most 1, so each term is at most what
@@ -25,7 +26,7 @@ from typing import Any
 from synth.bounds.lower_bounds import Bounds, lower_bounds
 from synth.core.collective import Collective
 from synth.core.topology import Topology
-from synth.cost import PROTOCOLS, RUNTIME_PROTOCOLS, RuntimeTerms
+from synth.cost import PROTOCOLS, RUNTIME_PROTOCOLS, RuntimeTerms, switch_kind
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,10 @@ def effective_topology(topology: Topology, terms: RuntimeTerms) -> Topology:
                   for link in topology.links)
     groups = tuple(replace(group, bandwidth=group.bandwidth * terms.efficiency_of(topology.group_kind(group)))
                    for group in topology.groups)
-    return replace(topology, links=links, groups=groups)
+    switches = tuple(replace(switch, bandwidth=switch.bandwidth * terms.efficiency_of(switch_kind(switch)),
+                             alpha=switch.alpha * terms.latency_scale)
+                     for switch in topology.switches)
+    return replace(topology, links=links, groups=groups, switches=switches)
 
 
 def runtime_bounds(topology: Topology, collective: Collective, terms: RuntimeTerms) -> RuntimeBounds:

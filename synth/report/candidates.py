@@ -105,6 +105,26 @@ def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Cand
     return out
 
 
+def switch_extras(topology: Topology, collective: str, sizes: list[int], terms, say: Say) -> list[Candidate]:
+    """The switch planner's schedules (``synth.greedy.switches``) where the machine's switch
+    reduces and multicasts over every rank: the variant fastest at each size of the grid (under
+    ``terms``), each distinct one once. Pruned like the pipelined extras."""
+    from synth.greedy.switches import applies, switch_plans
+
+    if applies(topology, collective) is not None:
+        return []
+    out: dict[str, Candidate] = {}
+    for schedule in switch_plans(topology, collective, sizes, terms).values():
+        meta = schedule.meta
+        label = f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
+        if label not in out:
+            what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of")
+            out[label] = Candidate(label, "greedy", schedule, _file(collective, topology, what), None,
+                                   len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank)
+    say(f"{topology.name} {collective}: {len(out)} switch plan(s) ({', '.join(out)})")
+    return list(out.values())
+
+
 def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1,
          sat: str = "auto") -> list[Candidate]:
     from synth.smt.encoding import SmtOptions

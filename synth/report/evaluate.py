@@ -14,7 +14,7 @@ denies is not claimed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from synth.bounds.lower_bounds import lower_bounds
@@ -92,17 +92,33 @@ def size_grid(text: str) -> list[int]:
 
 @dataclass(frozen=True)
 class ModelPoint:
-    """What NCCL takes at one size in the runtime model, and the option it takes it with."""
+    """What NCCL takes at one size in the runtime model, and the option it takes it with;
+    ``bound_us``: the lower bound of the same topology at that size, when the model's time is
+    below it (a contradiction: the model is then no verdict's measure)."""
 
     size: int
     time_us: float
     algorithm: str
     protocol: str
     channels: int
+    bound_us: float | None = None
 
     @property
     def label(self) -> str:
         return f"NCCL as modelled ({self.algorithm}/{self.protocol})"
+
+    @property
+    def contradicts(self) -> bool:
+        """Whether the model's time is below the topology's lower bound."""
+        return self.bound_us is not None
+
+
+def against_bounds(model: list[ModelPoint] | None, bound: list[dict]) -> list[ModelPoint] | None:
+    """``model`` with ``bound_us`` set where its time is below the bound row of the same size."""
+    if model is None:
+        return None
+    return [replace(p, bound_us=row["time_us"]) if p.time_us < row["time_us"] * (1 - 1e-9) else p
+            for p, row in zip(model, bound)]
 
 
 def bounds_of(topology: Topology, collective, terms: RuntimeTerms | None):
@@ -222,7 +238,7 @@ def _nccl_at(nccl: list[Evaluation], model: list[ModelPoint] | None, index: int)
     the runtime model's figure where that is lower."""
     found = _fastest(nccl, index)
     options = [] if found is None else [(found.candidate.label, found.time_at(index))]
-    if model is not None:
+    if model is not None and not model[index].contradicts:
         options.append((model[index].label, model[index].time_us))
     return min(options, key=lambda o: o[1]) if options else None
 

@@ -51,8 +51,9 @@ def _nccl_point(schedules: list[dict], model: dict | None, index: int) -> tuple[
     if nccl:
         best = min(nccl, key=lambda e: (e["rows"][index]["step_time_us"], e["label"]))
         options.append((best["label"], best["rows"][index]["step_time_us"]))
-    if model is not None:
-        options.append((ModelPoint(**model).label, model["time_us"]))
+    if model is not None and model.get("below_bound_us") is None:
+        options.append((ModelPoint(**{k: v for k, v in model.items() if k != "below_bound_us"}).label,
+                        model["time_us"]))
     return min(options, key=lambda o: o[1]) if options else (None, None)
 
 
@@ -161,6 +162,7 @@ def markdown(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         else:
             lines.append("Nowhere on the grid: at every size a synthesized schedule is at least as fast as NCCL.")
         lines.append("")
+    lines += contradiction_markdown(costing.get("nccl_model"))
     if costing.get("nccl_tuning"):
         lines += tuning_markdown(costing["nccl_tuning"], topology_name, collective)
     if costing.get("budget_curve"):
@@ -224,6 +226,22 @@ CSV_NUMBERS = ("step_time_us", "sim_time_us", "algbw_gbps", "busbw_gbps", "bound
                "own_chunking_bound_time_us", "own_chunking_bound_fraction")
 
 
+def contradiction_markdown(model: list[ModelPoint] | None) -> list[str]:
+    """Where the runtime model puts NCCL below this topology's lower bound: one section naming
+    those sizes (no comparison is drawn with the model there); nothing when there are none."""
+    below = [p for p in model or () if p.contradicts]
+    if not below:
+        return []
+    lines = ["## Where the runtime model contradicts this topology", "",
+             "At these sizes NCCL as modelled would be faster than the lower bound of the topology the report "
+             "is computed on: the model or the topology misses something the machine does (NVLS? SHARP?). "
+             "No verdict is drawn against the model at these sizes.", "",
+             "| size | NCCL as modelled | us | lower bound us |", "|---|---|---|---|"]
+    lines += [f"| {format_size(p.size)} | {p.algorithm}/{p.protocol} | {_us(p.time_us)} | {_us(p.bound_us)} |"
+              for p in below]
+    return lines + [""]
+
+
 def _num(x: float | None) -> str:
     return "" if x is None else f"{x:.6f}"
 
@@ -240,7 +258,8 @@ def json_doc(topology_name: str, collective: str, bounds: dict[str, Any], evalua
         "calibration": costing.get("calibration"),
         "nccl_model": None if model is None else [
             {"size": p.size, "time_us": p.time_us, "algorithm": p.algorithm, "protocol": p.protocol,
-             "channels": p.channels} for p in model],
+             "channels": p.channels, **({"below_bound_us": p.bound_us} if p.contradicts else {})}
+            for p in model],
         "bound": bound,
         "schedules": [{
             "label": e.candidate.label, "kind": e.candidate.kind, "file": f"schedules/{e.candidate.file_name}",

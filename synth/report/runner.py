@@ -18,7 +18,15 @@ from synth.core.io import dumps, read_json, save_schedule, write_text_atomic
 from synth.core.library import resolve_topology
 from synth.report import candidates as cand
 from synth.report.budget import Footprints, budget_curve, capped_calibration
-from synth.report.evaluate import bound_rows, evaluate, nccl_model_points, shortfalls, size_grid, winners
+from synth.report.evaluate import (
+    against_bounds,
+    bound_rows,
+    evaluate,
+    nccl_model_points,
+    shortfalls,
+    size_grid,
+    winners,
+)
 from synth.report.plots import plot
 from synth.report.render import csv_text, json_doc, markdown, selection_doc
 from synth.report.tuning import nccl_tuning
@@ -61,6 +69,7 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     except OSError as exc:
         raise InputError(f"{folder}: cannot create folder: {exc.strerror or exc}") from None
     found += cand.pipelined_extras(topo, collective, say)
+    found += cand.switch_extras(topo, collective, grid, terms, say)
     if max_threadblocks is not None:
         found += cand.within_budget(topo, collective, max_threadblocks, time_limit, say)
     nccl = cand.nccl_candidates(topo, collective, grid)
@@ -73,7 +82,9 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
         raise InputError(f"no schedule runs within {max_threadblocks} thread blocks per rank")
     for e in evaluations:
         save_schedule(folder / "schedules" / e.candidate.file_name, e.candidate.schedule)
+    bound = bound_rows(topo, collective, grid, terms)
     model = None if cal is None else nccl_model_points(topo, collective, grid, cal, max_threadblocks)
+    model = against_bounds(model, bound)
     picks = winners(evaluations, grid, model)
     short = shortfalls(evaluations, grid, model)
     b = lower_bounds(topo, make_collective(collective, topo.ranks))
@@ -82,7 +93,6 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
               "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps}
     if terms is not None:
         bounds["runtime_busbw_gbps"] = bound_rows(topo, collective, grid[-1:], terms)[0]["busbw_gbps"]
-    bound = bound_rows(topo, collective, grid, terms)
     costing = {"calibration": None if terms is None else terms.label, "nccl_model": model,
                "nccl_tuning": nccl_tuning(topo, collective, grid, capped_calibration(cal, max_threadblocks)),
                "max_threadblocks": max_threadblocks,
@@ -218,7 +228,7 @@ def _synthesized(entry: dict) -> bool:
 def _versus_nccl(doc: dict, size: int) -> str:
     synth = [t for e in doc["schedules"] if _synthesized(e) and (t := _time(e, size)) is not None]
     nccl = [t for e in doc["schedules"] if e["kind"] == "nccl" and (t := _time(e, size)) is not None]
-    nccl += [p["time_us"] for p in doc.get("nccl_model") or () if p["size"] == size]
+    nccl += [p["time_us"] for p in doc.get("nccl_model") or () if p["size"] == size and p.get("below_bound_us") is None]
     return f"{min(nccl) / min(synth):.2f}x" if synth and nccl else "-"
 
 

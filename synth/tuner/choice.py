@@ -129,9 +129,12 @@ class NcclOptions:
         return min(predicted)[1:] if predicted else None
 
     def _at_protocol(self, size: int, protocol: str) -> list[Pick]:
-        """Every option at ``size`` under ``protocol`` (the schedules at it, the runtime model's)."""
+        """Every option at ``size`` under ``protocol`` (the schedules that run under it, the
+        runtime model's)."""
         out = []
         for label, algorithm, _, loads in self.schedules:
+            if protocol not in loads.protocols:
+                continue
             took = loads.time_us(size, protocol, self.terms)
             channels = None if self.terms is None else self.terms.channels(size, protocol)
             out.append(Pick(algorithm, protocol, channels, took, label))
