@@ -14,6 +14,14 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   (n^2 - 2)/(n(n-1)) (1.107 at n = 8; NCCL's NVLS moves (n+1)/n = 1.125 each way and the
   point-to-point limit is 2(n-1)/n = 1.75). The buffer is cut into ``pieces`` slice sets,
   pipelined: step t reduces set t while set t-1 is multicast.
+- **allreduce across machines** (each machine one such switch domain of G ranks, rank g of
+  every machine joined to rank g of every other by the fabric: NCCL's rails). Per slice set,
+  four steps, pipelined so set t's step i runs with set t-1's step i+1: the switch reduces each
+  machine's slices to their rank g (every port out, one in); rank g of every machine
+  reduce-scatters its slices over the rail directly (one step, (N-1)/N of them out of its NIC);
+  the rail allgathers them directly; rank g multicasts them into its machine. NVLink ports and
+  NICs work side by side; each NIC moves 2(N-1)/N of a G-th of the buffer each way (NCCL's
+  NVLSTree moves twice a G-th through a tree).
 - **allgather.** Every rank multicasts its shard to every other rank in one step: each port
   receives (n-1)/n of the buffer, the allgather bound, in one step (NCCL's NVLS writes the
   shard to its own port too: M in).
@@ -37,21 +45,45 @@ from synth.verify import checked
 
 PIECES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_CHUNKS = 2048  # chunks per rank a variant may have (pieces x slices per head)
+MAX_TOTAL_CHUNKS = 1 << 13  # chunks of the whole collective a variant may have (ranks x chunks per rank)
 COLLECTIVES = ("allreduce", "allgather")
 
 
-def domain_switch(topology: Topology) -> Switch | None:
-    """The switch with reduce and multicast that has every rank as a port (None: none)."""
+def domain_switch(topology: Topology, ranks=None) -> Switch | None:
+    """The switch with reduce and multicast whose ports are exactly ``ranks`` (default: every
+    rank); None when there is none."""
+    wanted = set(range(topology.ranks) if ranks is None else ranks)
     for switch in topology.switches:
-        if switch.reduce and switch.multicast and len(switch.ranks) == topology.ranks:
+        if switch.reduce and switch.multicast and set(switch.ranks) == wanted:
             return switch
     return None
+
+
+def machine_switches(topology: Topology) -> tuple[Switch, ...] | None:
+    """One such switch per machine, when the machines are alike (G ranks each) and rank g of
+    every machine has a link to rank g of every other (the rails); None otherwise."""
+    machines = topology.machines or ()
+    if len(machines) < 2 or len({len(m) for m in machines}) != 1:
+        return None
+    found = tuple(domain_switch(topology, machine) for machine in machines)
+    if any(s is None for s in found):
+        return None
+    for g in range(len(machines[0])):
+        rail = [machine[g] for machine in machines]
+        if not all(topology.has_link(a, b) for a in rail for b in rail if a != b):
+            return None
+    return found
 
 
 def applies(topology: Topology, collective: str) -> str | None:
     """Why ``switch_plan`` does not apply (None when it does)."""
     if collective not in COLLECTIVES:
         return f"plans {', '.join(COLLECTIVES)} through a switch, not {collective}"
+    if topology.machine_count > 1:
+        if collective == "allreduce" and machine_switches(topology) is not None:
+            return None
+        return ("across machines it plans allreduce, with one switch with reduce and multicast per "
+                "machine and rails between them")
     if domain_switch(topology) is None:
         return "needs one switch with reduce and multicast over every rank (NVLS)"
     return None
@@ -76,11 +108,20 @@ def switch_plans(topology: Topology, collective: str, sizes, terms=None) -> dict
             took = loads.time_us(size) if terms is None else loads.best(size, terms)[1]
             if size not in best or took < best[size][0]:
                 best[size] = (took, schedule)
-    return {size: schedule for size, (_, schedule) in best.items()}
+    chosen = {id(schedule): schedule for _, schedule in best.values()}
+    verified = {key: checked(schedule, "the switch planner") for key, schedule in chosen.items()}
+    return {size: verified[id(schedule)] for size, (_, schedule) in best.items()}
 
 
 def variants(topology: Topology, collective: str):
-    """Every variant ``switch_plan`` chooses from, verified, one at a time."""
+    """Every variant ``switch_plan`` chooses from, one at a time (not yet verified: the ones
+    chosen are)."""
+    if topology.machine_count > 1:
+        switches = machine_switches(topology)
+        for pieces in PIECES:
+            if pieces * topology.ranks <= MAX_TOTAL_CHUNKS:
+                yield _across_machines(topology, switches, pieces)
+        return
     switch = domain_switch(topology)
     if collective == "allgather":
         yield _allgather(topology, switch)
@@ -89,7 +130,7 @@ def variants(topology: Topology, collective: str):
     shares = [(1, 0)] + ([(n - 1, 1)] if n > 2 and _full_mesh(topology) else [])
     for slices, p2p in shares:
         for pieces in PIECES:
-            if pieces * slices <= MAX_CHUNKS:
+            if pieces * slices <= MAX_CHUNKS and pieces * slices * n <= MAX_TOTAL_CHUNKS:
                 yield _allreduce(topology, switch, pieces, slices, p2p)
 
 
@@ -103,7 +144,7 @@ def _allgather(topology: Topology, switch: Switch) -> Schedule:
     entries = tuple(SwitchSend(r, switch.name, (r,), tuple(d for d in range(n) if d != r)) for r in range(n))
     step = Step((), rounds_needed(topology, (), entries), entries)
     meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": 1}
-    return checked(Schedule(topology, collectives.allgather(n), (step,), meta), "the switch planner")
+    return Schedule(topology, collectives.allgather(n), (step,), meta)
 
 
 def _allreduce(topology: Topology, switch: Switch, pieces: int, slices: int, p2p: int) -> Schedule:
@@ -126,5 +167,26 @@ def _allreduce(topology: Topology, switch: Switch, pieces: int, slices: int, p2p
     steps = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e)) for s, e in zip(sends, entries))
     meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": pieces,
             "p2p_share": f"{p2p}/{slices}" if p2p else "0"}
-    coll = collectives.allreduce(n, pieces * slices)
-    return checked(Schedule(topology, coll, steps, meta), "the switch planner")
+    return Schedule(topology, collectives.allreduce(n, pieces * slices), steps, meta)
+
+
+def _across_machines(topology: Topology, switches, pieces: int) -> Schedule:
+    """Chunk (t * G + g) * N + j is the j-th rail share of slice g in set t (see the module)."""
+    machines = topology.machines
+    count, size = len(machines), len(machines[0])
+    steps: list[tuple[list[Send], list[SwitchSend]]] = [([], []) for _ in range(pieces + 3)]
+    for t in range(pieces):
+        for g in range(size):
+            rail = [machine[g] for machine in machines]
+            for j in range(count):
+                chunk = (t * size + g) * count + j
+                for m, machine in enumerate(machines):
+                    others = tuple(r for r in machine if r != machine[g])
+                    steps[t][1].append(SwitchSend(chunk, switches[m].name, machine, (machine[g],)))
+                    steps[t + 3][1].append(SwitchSend(chunk, switches[m].name, (machine[g],), others))
+                steps[t + 1][0].extend(Send(chunk, r, rail[j], "reduce") for r in rail if r != rail[j])
+                steps[t + 2][0].extend(Send(chunk, rail[j], r) for r in rail if r != rail[j])
+    built = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e)) for s, e in steps)
+    meta = {"synthesizer": "greedy", "algorithm": "switch", "pieces": pieces, "rails": size,
+            "switch": ", ".join(s.name for s in switches)}
+    return Schedule(topology, collectives.allreduce(topology.ranks, pieces), built, meta)

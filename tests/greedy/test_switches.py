@@ -1,0 +1,81 @@
+"""The switch planner: allreduce and allgather through a reducing and multicasting switch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+
+from synth.baselines import build_baseline
+from synth.bounds.lower_bounds import lower_bounds
+from synth.core.errors import InputError
+from synth.core.library import resolve_topology
+from synth.core.schedule import port_loads
+from synth.cost import step_time_us
+from synth.greedy.switches import _across_machines, _allreduce, applies, machine_switches, switch_plan, switch_plans
+from synth.verify import verify
+
+SIZES = [1 << 10, 1 << 20, 1 << 24, 1 << 30, 1 << 32]
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return resolve_topology("h100")
+
+
+@pytest.fixture(scope="module")
+def plans(h100):
+    return switch_plans(h100, "allreduce", SIZES)
+
+
+def test_every_plan_verifies_and_beats_nvls_everywhere(h100, plans):
+    """At least as fast as NCCL's NVLS (built as a schedule, its own best chunking per size) at
+    every size: the same two steps per slice set, less traffic per port."""
+    for size, schedule in plans.items():
+        assert verify(schedule) == []
+        nvls = build_baseline(h100, "nccl_nvls", "allreduce", size=size)
+        assert step_time_us(schedule, size) <= step_time_us(nvls, size) * (1 + 1e-9)
+
+
+def test_the_plan_never_beats_the_bound(h100, plans):
+    for size, schedule in plans.items():
+        bound = lower_bounds(h100, schedule.collective).time_us(size)
+        assert bound <= step_time_us(schedule, size) * (1 + 1e-9)
+
+
+def test_a_seventh_point_to_point_balances_the_ports(h100):
+    """Per set of 8 heads x 7 slices: out 56 (reduce) - 8 + 7 (p2p) + 7 (multicast) = 62 chunks
+    on every port, and in 62: (n^2-2)/(n(n-1)) of the buffer each way."""
+    schedule = _allreduce(h100, h100.switches[0], 2, 7, 1)
+    assert verify(schedule) == []
+    middle = schedule.steps[1]
+    ports, groups = port_loads(middle, h100)
+    sends_out = sum(1 for s in middle.sends if s.src == 0)
+    sends_in = sum(1 for s in middle.sends if s.dst == 0)
+    assert ports[("nvswitch", 0, "out")] + sends_out == 62
+    assert ports[("nvswitch", 0, "in")] + sends_in == 62
+    assert Fraction(62, 56) == Fraction(8 * 8 - 2, 8 * 7)
+
+
+def test_allgather_multicasts_once_and_meets_the_bound(h100):
+    schedule = switch_plan(h100, "allgather", 1 << 30)
+    assert verify(schedule) == [] and len(schedule.steps) == 1
+    bound = lower_bounds(h100, schedule.collective).time_us(1 << 30)
+    assert step_time_us(schedule, 1 << 30) == pytest.approx(bound, rel=1e-3)
+
+
+def test_across_machines_verifies_and_keeps_the_nics_busy():
+    topology = resolve_topology("h100x2")
+    assert machine_switches(topology) is not None
+    schedule = _across_machines(topology, machine_switches(topology), 3)
+    assert verify(schedule) == []
+    assert len(schedule.steps) == 3 + 3
+
+
+def test_where_it_does_not_apply(h100):
+    assert applies(resolve_topology("dgx1"), "allreduce") is not None
+    assert applies(h100, "alltoall") is not None
+    assert applies(resolve_topology("h100x2"), "allgather") is not None
+    with pytest.raises(InputError, match="reduce and multicast"):
+        switch_plan(replace(h100, switches=()), "allreduce", 1 << 20)
