@@ -21,7 +21,9 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   reduce-scatters its slices over the rail directly (one step, (N-1)/N of them out of its NIC);
   the rail allgathers them directly; rank g multicasts them into its machine. NVLink ports and
   NICs work side by side; each NIC moves 2(N-1)/N of a G-th of the buffer each way (NCCL's
-  NVLSTree moves twice a G-th through a tree).
+  NVLSTree moves twice a G-th through a tree). Where the fabric aggregates (``NAMExK+sharp``:
+  a switch with reduce_multicast over every rail rank), the rail's two steps are one switch
+  entry per slice instead (srcs and dsts the rail): a G-th each way, CollNet's traffic.
 - **allgather.** Every rank multicasts its shard to every other rank in one step: each port
   receives (n-1)/n of the buffer, the allgather bound, in one step (NCCL's NVLS writes the
   shard to its own port too: M in).
@@ -170,23 +172,38 @@ def _allreduce(topology: Topology, switch: Switch, pieces: int, slices: int, p2p
     return Schedule(topology, collectives.allreduce(n, pieces * slices), steps, meta)
 
 
+def fabric_switch(topology: Topology) -> Switch | None:
+    """A switch with reduce_multicast that has every rail rank as a port (SHARP); None: none."""
+    machines = topology.machines or ()
+    for switch in topology.switches:
+        if switch.reduce_multicast and all(r in switch.port_index for machine in machines for r in machine):
+            return switch
+    return None
+
+
 def _across_machines(topology: Topology, switches, pieces: int) -> Schedule:
     """Chunk (t * G + g) * N + j is the j-th rail share of slice g in set t (see the module)."""
     machines = topology.machines
     count, size = len(machines), len(machines[0])
-    steps: list[tuple[list[Send], list[SwitchSend]]] = [([], []) for _ in range(pieces + 3)]
+    sharp = fabric_switch(topology)
+    depth = 3 if sharp is None else 2  # steps from a set's first to its last
+    steps: list[tuple[list[Send], list[SwitchSend]]] = [([], []) for _ in range(pieces + depth)]
     for t in range(pieces):
         for g in range(size):
-            rail = [machine[g] for machine in machines]
+            rail = tuple(machine[g] for machine in machines)
             for j in range(count):
                 chunk = (t * size + g) * count + j
                 for m, machine in enumerate(machines):
                     others = tuple(r for r in machine if r != machine[g])
                     steps[t][1].append(SwitchSend(chunk, switches[m].name, machine, (machine[g],)))
-                    steps[t + 3][1].append(SwitchSend(chunk, switches[m].name, (machine[g],), others))
+                    steps[t + depth][1].append(SwitchSend(chunk, switches[m].name, (machine[g],), others))
+                if sharp is not None:
+                    steps[t + 1][1].append(SwitchSend(chunk, sharp.name, rail, rail))
+                    continue
                 steps[t + 1][0].extend(Send(chunk, r, rail[j], "reduce") for r in rail if r != rail[j])
                 steps[t + 2][0].extend(Send(chunk, rail[j], r) for r in rail if r != rail[j])
     built = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e)) for s, e in steps)
+    used = [*switches, *([] if sharp is None else [sharp])]
     meta = {"synthesizer": "greedy", "algorithm": "switch", "pieces": pieces, "rails": size,
-            "switch": ", ".join(s.name for s in switches)}
+            "switch": ", ".join(s.name for s in used)}
     return Schedule(topology, collectives.allreduce(topology.ranks, pieces), built, meta)

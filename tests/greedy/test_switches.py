@@ -79,3 +79,15 @@ def test_where_it_does_not_apply(h100):
     assert applies(resolve_topology("h100x2"), "allgather") is not None
     with pytest.raises(InputError, match="reduce and multicast"):
         switch_plan(replace(h100, switches=()), "allreduce", 1 << 20)
+
+
+def test_with_sharp_the_rail_is_one_switch_entry_per_slice():
+    """h100x2+sharp: the rail's reduce-scatter + allgather become one reduce-multicast entry
+    per slice (three steps per set instead of four), valid, and faster at 1 GiB."""
+    sharp, plain = resolve_topology("h100x2+sharp"), resolve_topology("h100x2")
+    schedule = _across_machines(sharp, machine_switches(sharp), 2)
+    assert verify(schedule) == [] and len(schedule.steps) == 2 + 2
+    assert any(entry.switch == "sharp" and len(entry.srcs) == 2 == len(entry.dsts)
+               for step in schedule.steps for entry in step.switches)
+    without = _across_machines(plain, machine_switches(plain), 2)
+    assert step_time_us(schedule, 1 << 30) < step_time_us(without, 1 << 30)

@@ -1,5 +1,7 @@
 """The router by orbits: its schedules are valid, invariant under the symmetry, and as fast."""
 
+from dataclasses import replace
+
 import pytest
 
 from synth.core.library import resolve_topology
@@ -21,7 +23,9 @@ def _invariant(schedule, perm) -> bool:
 
 @pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce", "alltoall"])
 def test_h100x2_schedules_are_valid_and_symmetric(collective):
-    topo = resolve_topology("h100x2")
+    """On the machine without its NVSwitches (the router plans point to point, and its quality is
+    measured against the point-to-point bound, not the switch's)."""
+    topo = replace(resolve_topology("h100x2"), switches=())
     sketch, _ = default_sketch(topo, collective, 1 << 28)
     lines: list[str] = []
     result = synthesize(topo, collective, sketch, progress=lines.append)
