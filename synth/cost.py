@@ -30,7 +30,6 @@ b bytes spends b / (bw * 1e3) us on a link.
 >>> from synth.core.collectives import allgather
 >>> from synth.core.schedule import Send, Step
 >>> from synth.core.topology import Link, Topology
-from synth.verify_switches import port_loads
 >>> pair = Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)))
 >>> s = Schedule(pair, allgather(2), (Step((Send(0, 0, 1), Send(1, 1, 0))),))
 >>> round(step_time_us(s, parse_size("1M")), 4)  # 0.7 + 524288 B / 25 GB/s
@@ -254,9 +253,7 @@ class StepLoads:
                       terms: RuntimeTerms | None = None) -> list[float]:
         """Every step's duration (no per-call latency)."""
         proto = protocol_of(protocol)
-        if proto.hop_column is not None and proto.name not in self.protocols:
-            raise InputError(f"protocol {proto.name}: this schedule has switch entries, which run "
-                             f"under {', '.join(self.protocols)} only")
+        _check_protocol(proto, self.protocols)
         rates = _rates(proto, terms, size_bytes)
         b = size_bytes / self.buffer_chunks
         times = []
@@ -341,6 +338,9 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
     bandwidth as in the step model, and the same per-call terms are added once.
     """
     proto = protocol_of(protocol)
+    if schedule.switch_count:
+        _check_switches(schedule)
+        _check_protocol(proto, SWITCH_PROTOCOLS)
     rates = _rates(proto, terms, size_bytes)
     topo = schedule.topology
     b = size_bytes / schedule.collective.buffer_chunks
@@ -458,6 +458,14 @@ def land(ready: dict, landed: dict, combining: bool) -> None:
             ready[place] = min(before, last)  # the same data was already there
         else:
             ready[place] = last
+
+
+def _check_protocol(proto: Protocol, allowed: tuple[str, ...]) -> None:
+    """InputError when a runtime protocol is not one the schedule runs under (switch entries:
+    ``SWITCH_PROTOCOLS``)."""
+    if proto.hop_column is not None and proto.name not in allowed:
+        raise InputError(f"protocol {proto.name}: this schedule has switch entries, which run "
+                         f"under {', '.join(allowed)} only")
 
 
 def _check_switches(schedule: Schedule) -> None:

@@ -11,9 +11,20 @@ happened in (None for the final postcondition) and a kind:
   double_count                      a reduce adds a contribution the destination already has
   link_capacity, group_capacity     more than capacity x rounds chunks on a link/group in a step
   postcondition                     a rank misses a chunk (or holds a wrong sum) at the end
-  no_switch, not_a_port, bad_switch_entry, switch_capability, switch_capacity
-                                    switch entries (``synth.verify_switches``, which also
-                                    applies the rules above to them)
+  no_switch                         a switch entry names a switch the topology lacks
+  not_a_port                        a src or dst of a switch entry is not a port of its switch
+  bad_switch_entry                  empty or repeated srcs or dsts
+  switch_capability                 the entry needs what its switch cannot do (several srcs, one
+                                    dst: reduce; one src, several dsts: multicast; several of
+                                    both: reduce_multicast)
+  switch_capacity                   a port carries more than capacity x rounds chunks in a step
+
+Switch entries (DESIGN.md, "In-network reduction and multicast") follow the rules above too:
+not_held for every src, reduce_not_combining for several srcs in a collective that does not
+combine, double_count when the srcs' contributions overlap, conflicting_write when a (rank,
+chunk) an entry writes is written by any other entry of the step, group_capacity with a port's
+chunks counted on the groups in ``out_groups`` / ``in_groups``. What lands at every dst replaces
+its copy: the union of the srcs' contributions.
 
 The array replay (``is_valid``): for big schedules ``verify`` first checks the same rules a step
 at a time over numpy arrays of the step's sends (which ranks hold which chunks as [rank, chunk]
@@ -39,10 +50,9 @@ from typing import Any
 
 import numpy as np
 
-from synth import verify_switches
 from synth.core.errors import InvalidScheduleError, SynthesisBug
 from synth.core.io import read_json
-from synth.core.schedule import Schedule, Send
+from synth.core.schedule import Schedule, Send, SwitchSend, port_loads
 
 # A rank's view of one chunk: absent (nothing), or (mask, doubled): the bit set of the
 # contributions it has summed (plain collectives: just bit 0, "held") and whether some
@@ -95,12 +105,12 @@ def verify(schedule: Schedule) -> list[Violation]:
                 valid.append(send)
         entries = []
         for entry in step.switches:
-            problems = verify_switches.check_entry(index, entry, schedule, state, Violation)
+            problems = _check_entry(index, entry, schedule, state)
             found.extend(problems)
             if not any(p.kind in _UNAPPLIED for p in problems):
                 entries.append(entry)
         found.extend(_check_capacity(index, step, schedule))
-        switch_writes, problems = verify_switches.landed(index, entries, coll.combining, state, Violation)
+        switch_writes, problems = _switch_writes(index, entries, coll.combining, state)
         found.extend(problems)
         found.extend(_apply(index, valid, coll.combining, state, switch_writes))
 
@@ -156,8 +166,8 @@ def _check_capacity(index: int, step, schedule: Schedule) -> list[Violation]:
                     f"{step.rounds} round(s) = {capacity * step.rounds}",
                 )
             )
-    out.extend(verify_switches.capacity_violations(index, step, topo, Violation))
-    per_group: Counter = verify_switches.port_loads(step, topo)[1]
+    out.extend(_switch_capacity(index, step, topo))
+    per_group: Counter = port_loads(step, topo)[1]
     groups_of = topo.groups_of_link
     for key, count in per_link.items():
         for group in groups_of.get(key, ()):
@@ -279,6 +289,73 @@ def _bits(mask: int) -> list[int]:
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
+
+
+# ---------------------------------------------------------------- switch entries
+def _check_entry(index: int, entry: SwitchSend, schedule: Schedule, state) -> list:
+    """Every rule one entry breaks on its own, read against the state at the step's start."""
+    topo, coll = schedule.topology, schedule.collective
+    label = f"switch {entry.switch!r} chunk {entry.chunk} {list(entry.srcs)}->{list(entry.dsts)}"
+    switch = topo.switch(entry.switch)
+    if switch is None:
+        known = ", ".join(s.name for s in topo.switches) or "none"
+        return [Violation(index, "no_switch", f"{label}: no such switch (the topology has: {known})")]
+    ranks = (*entry.srcs, *entry.dsts)
+    if not all(isinstance(r, int) and 0 <= r < topo.ranks for r in ranks):
+        return [Violation(index, "bad_rank", f"{label}: rank out of range 0..{topo.ranks - 1}")]
+    if not 0 <= entry.chunk < coll.chunks:
+        return [Violation(index, "bad_chunk", f"{label}: chunk out of range 0..{coll.chunks - 1}")]
+    out = []
+    if not entry.srcs or not entry.dsts or len(set(entry.srcs)) < len(entry.srcs) \
+            or len(set(entry.dsts)) < len(entry.dsts):
+        out.append(Violation(index, "bad_switch_entry", f"{label}: srcs and dsts must be non-empty, no rank twice"))
+    strangers = sorted({r for r in ranks if r not in switch.port_index})
+    if strangers:
+        out.append(Violation(index, "not_a_port", f"{label}: rank(s) {', '.join(map(str, strangers))} "
+                                                  f"not a port of {switch.name!r}"))
+    lacking = switch.allows(len(entry.srcs), len(entry.dsts))
+    if lacking:
+        out.append(Violation(index, "switch_capability", f"{label}: needs {lacking}, which "
+                                                         f"{switch.name!r} cannot do"))
+    if len(entry.srcs) > 1 and not coll.combining:
+        out.append(Violation(index, "reduce_not_combining", f"{label}: several srcs reduce, in "
+                                                            f"non-combining {coll.name}"))
+    for src in entry.srcs:
+        if (src, entry.chunk) not in state:
+            out.append(Violation(index, "not_held", f"{label}: rank {src} does not hold chunk {entry.chunk}"))
+    return out
+
+
+def _switch_capacity(index: int, step, topology) -> list:
+    """Ports carrying more than the switch's capacity x rounds chunks in the step."""
+    out = []
+    ports, _ = port_loads(step, topology)
+    for (name, rank, direction), count in sorted(ports.items()):
+        capacity = topology.switch_capacity(topology.switch(name))
+        if capacity is not None and count > capacity * step.rounds:
+            out.append(Violation(index, "switch_capacity",
+                                 f"switch {name!r} port {rank} ({direction}) carries {count} chunks, capacity "
+                                 f"{capacity} x {step.rounds} round(s) = {capacity * step.rounds}"))
+    return out
+
+
+def _switch_writes(index: int, entries: list[SwitchSend], combining: bool, state):
+    """What the step's valid switch entries write: ({(rank, chunk): (mask, doubled)}, violations);
+    the value at every dst is the union of the srcs' contributions (a sum replaces)."""
+    writes, out = {}, []
+    for entry in entries:
+        mask, doubled = 0, False
+        for src in entry.srcs:
+            partial, partial_doubled = state[(src, entry.chunk)]
+            overlap = mask & partial
+            if overlap and combining:
+                out.append(Violation(index, "double_count",
+                                     f"switch {entry.switch!r} chunk {entry.chunk}: the srcs' contributions "
+                                     f"overlap (rank {src} adds one already counted)"))
+            mask, doubled = mask | partial, doubled or partial_doubled or bool(overlap and combining)
+        for dst in entry.dsts:
+            writes.setdefault((dst, entry.chunk), []).append((mask, doubled))
+    return writes, out
 
 
 # ---------------------------------------------------------------- the array replay
