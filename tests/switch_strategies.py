@@ -107,12 +107,14 @@ def make_steps(topo: Topology, raw, extra=None) -> tuple[Step, ...]:
 
 # ---------------------------------------------------------------- the reference replay
 def _capability_ok(sw: Switch, srcs: int, dsts: int) -> bool:
+    """DESIGN.md: several srcs and one dst need reduce, one src and several dsts multicast,
+    several of both reduce_multicast (no capability stands in for another)."""
     if srcs > 1 and dsts > 1:
         return sw.reduce_multicast
     if srcs > 1:
-        return sw.reduce or sw.reduce_multicast
+        return sw.reduce
     if dsts > 1:
-        return sw.multicast or sw.reduce_multicast
+        return sw.multicast
     return True
 
 

@@ -127,14 +127,15 @@ class Switch:
 
     def allows(self, sources: int, destinations: int) -> str | None:
         """The capability an operation with that many srcs and dsts needs that this switch lacks
-        (None when it may run it): several srcs and one dst need ``reduce``, several dsts from
-        one src ``multicast``, several of both ``reduce_multicast``."""
+        (None when it may run it), as DESIGN.md puts it: several srcs and one dst need
+        ``reduce``, one src and several dsts ``multicast``, several of both
+        ``reduce_multicast``."""
         if sources > 1 and destinations > 1:
             return None if self.reduce_multicast else "reduce_multicast"
         if sources > 1:
-            return None if self.reduce or self.reduce_multicast else "reduce"
+            return None if self.reduce else "reduce"
         if destinations > 1:
-            return None if self.multicast or self.reduce_multicast else "multicast"
+            return None if self.multicast else "multicast"
         return None
 
 
