@@ -175,7 +175,7 @@ MALFORMED = {
     "billion-ranks-no-links": lambda kind: _billion_ranks(kind, links=False),
     "wrong-format": lambda kind: (_valid("topology") if kind == "frontier"
                                   else _with_field(kind, "format", "synth.nonsense")),
-    "version-2": lambda kind: _with_field(kind, "version", 2),
+    "version-3": lambda kind: _with_field(kind, "version", 3),  # topologies and schedules read 1 and 2
     "version-string": lambda kind: _with_field(kind, "version", "1"),
     "version-true": lambda kind: _with_field(kind, "version", True),
     "version-1.0": lambda kind: _with_field(kind, "version", 1.0),
