@@ -11,6 +11,7 @@ legend sits outside the axes.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ PROMINENT = {  # family -> style of the lines drawn on top
     "selected": Style(SELECTED_COLOR, "-", 3.0, 0.95, "o", 6),
     "nccl_best": Style(NCCL_BEST_COLOR, "-", 3.0, 0.9, "s", 5),
     "bound": Style(BOUND_COLOR, "--", 1.6, 0.9, None, 4),
+    "nccl_model": Style(NCCL_BEST_COLOR, ":", 2.2, 0.9, "^", 4),
 }
 
 
@@ -102,8 +104,9 @@ def series_of(doc: dict[str, Any]) -> list[Series]:
     order = {SYNTHESIZED: 0, NCCL: 1, CLASSIC: 2}
     ranked = sorted(doc["schedules"], key=lambda e: (order[family_of(e["kind"])], natural_key(e["label"])))
     out = [Series(e["label"], family_of(e["kind"]), tuple(r["step_time_us"] for r in e["rows"])) for e in ranked]
-    if doc.get("nccl_model"):
-        out.append(Series("NCCL runtime model", NCCL, tuple(p["time_us"] for p in doc["nccl_model"])))
+    if doc.get("nccl_model"):  # a point below the bound is a contradiction, not a time: left out
+        times = tuple(math.nan if p.get("below_bound_us") is not None else p["time_us"] for p in doc["nccl_model"])
+        out.append(Series("NCCL as modelled (runtime model)", "nccl_model", times))
     points = size_points(doc)
     out.append(Series(bound_label(doc), "bound", tuple(b["time_us"] for b in doc["bound"])))
     if all(p.nccl_us is not None for p in points):

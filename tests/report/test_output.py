@@ -173,7 +173,7 @@ def test_plots_draw_the_selection_nccls_best_and_a_readable_legend(small, tmp_pa
             lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
             labels = [line.get_label() for line in lines]
             assert "selected schedule (selection.json)" in labels
-            assert "NCCL's best (schedules or runtime model)" in labels and "NCCL runtime model" in labels
+            assert "NCCL's best (schedules or runtime model)" in labels and "NCCL as modelled (runtime model)" in labels
             assert len({(line.get_color(), line.get_linestyle()) for line in lines}) == len(lines)
             assert ax.get_yscale() == "log"
             best = lines[labels.index("NCCL's best (schedules or runtime model)")]
