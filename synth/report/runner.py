@@ -39,6 +39,7 @@ ALL_REPORTS = (
     ("dgx1", "broadcast"),
     ("ndv2x2", "allgather"), ("ndv2x2", "allreduce"), ("ndv2x2", "alltoall"),
     ("dgx2x2", "allgather"), ("dgx2x2", "allreduce"), ("dgx2x2", "alltoall"),
+    ("h100", "allreduce"), ("h100", "allgather"), ("h100", "reduce_scatter"),
     ("h100x16", "allgather"), ("h100x16", "allreduce"),
 )
 Say = Callable[[str], None]
