@@ -154,7 +154,8 @@ class RuntimeTerms:
     a call over C channels):
 
     - a link of kind K moves at min(bw x efficiency[K] x share(P), C x channel_gbps[P]);
-      a group at bw x efficiency[K] x share(P), K the kind its links share;
+      a group at bw x efficiency[K] x share(P), K the kind its links share; a switch's port at
+      bw x efficiency[K] x share(P) with K its ``switch_kind`` (no cap per thread block);
     - a link's alpha is latency_scale x alpha x P's hop factor, plus ``net_hop_us`` on a
       network link;
     - the call adds latency_scale x P's base latency, and under Simple the pipeline fill
@@ -205,6 +206,10 @@ class _Rates:
         return alpha * self.alpha_factor[kind] + self.alpha_add[kind]
 
     def link_bandwidth(self, bandwidth: float, kind: str | None) -> float:
+        """A link's rate, capped by its thread blocks; a switch's port is not (NVLS and SHARP
+        run on CTAs of their own, as the runtime model has them)."""
+        if kind in _SWITCH_KINDS:
+            return bandwidth * self.bandwidth_factor[kind]
         return min(bandwidth * self.bandwidth_factor[kind], self.link_cap)
 
     def group_bandwidth(self, bandwidth: float, kind: str | None) -> float:
@@ -213,6 +218,7 @@ class _Rates:
 
 _KINDS = (None, *LATENCY_ROW)
 _NETWORK_KINDS = ("net", "sharp")
+_SWITCH_KINDS = frozenset(SWITCH_KIND.values())
 
 
 def _rates(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float) -> _Rates:
