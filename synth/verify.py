@@ -166,8 +166,8 @@ def _check_capacity(index: int, step, schedule: Schedule) -> list[Violation]:
                     f"{step.rounds} round(s) = {capacity * step.rounds}",
                 )
             )
-    out.extend(_switch_capacity(index, step, topo))
-    per_group: Counter = port_loads(step, topo)[1]
+    ports, per_group = port_loads(step, topo)
+    out.extend(_switch_capacity(index, step, topo, ports))
     groups_of = topo.groups_of_link
     for key, count in per_link.items():
         for group in groups_of.get(key, ()):
@@ -295,41 +295,42 @@ def _ranks(ranks: list[int]) -> str:
 def _check_entry(index: int, entry: SwitchSend, schedule: Schedule, state) -> list:
     """Every rule one entry breaks on its own, read against the state at the step's start."""
     topo, coll = schedule.topology, schedule.collective
-    label = f"switch {entry.switch!r} chunk {entry.chunk} {list(entry.srcs)}->{list(entry.dsts)}"
     switch = topo.switch(entry.switch)
     if switch is None:
         known = ", ".join(s.name for s in topo.switches) or "none"
-        return [Violation(index, "no_switch", f"{label}: no such switch (the topology has: {known})")]
+        return [_entry_violation(index, entry, "no_switch", f"no such switch (the topology has: {known})")]
     ranks = (*entry.srcs, *entry.dsts)
     if not all(isinstance(r, int) and 0 <= r < topo.ranks for r in ranks):
-        return [Violation(index, "bad_rank", f"{label}: rank out of range 0..{topo.ranks - 1}")]
+        return [_entry_violation(index, entry, "bad_rank", f"rank out of range 0..{topo.ranks - 1}")]
     if not 0 <= entry.chunk < coll.chunks:
-        return [Violation(index, "bad_chunk", f"{label}: chunk out of range 0..{coll.chunks - 1}")]
-    out = []
+        return [_entry_violation(index, entry, "bad_chunk", f"chunk out of range 0..{coll.chunks - 1}")]
+    found = []
     if not entry.srcs or not entry.dsts or len(set(entry.srcs)) < len(entry.srcs) \
             or len(set(entry.dsts)) < len(entry.dsts):
-        out.append(Violation(index, "bad_switch_entry", f"{label}: srcs and dsts must be non-empty, no rank twice"))
-    strangers = sorted({r for r in ranks if r not in switch.port_index})
+        found.append(("bad_switch_entry", "srcs and dsts must be non-empty, no rank twice"))
+    ports = switch.port_index
+    strangers = sorted({r for r in ranks if r not in ports}) if not all(r in ports for r in ranks) else ()
     if strangers:
-        out.append(Violation(index, "not_a_port", f"{label}: rank(s) {', '.join(map(str, strangers))} "
-                                                  f"not a port of {switch.name!r}"))
+        found.append(("not_a_port", f"rank(s) {', '.join(map(str, strangers))} not a port of {switch.name!r}"))
     lacking = switch.allows(len(entry.srcs), len(entry.dsts))
     if lacking:
-        out.append(Violation(index, "switch_capability", f"{label}: needs {lacking}, which "
-                                                         f"{switch.name!r} cannot do"))
+        found.append(("switch_capability", f"needs {lacking}, which {switch.name!r} cannot do"))
     if len(entry.srcs) > 1 and not coll.combining:
-        out.append(Violation(index, "reduce_not_combining", f"{label}: several srcs reduce, in "
-                                                            f"non-combining {coll.name}"))
-    for src in entry.srcs:
-        if (src, entry.chunk) not in state:
-            out.append(Violation(index, "not_held", f"{label}: rank {src} does not hold chunk {entry.chunk}"))
-    return out
+        found.append(("reduce_not_combining", f"several srcs reduce, in non-combining {coll.name}"))
+    found += [("not_held", f"rank {src} does not hold chunk {entry.chunk}")
+              for src in entry.srcs if (src, entry.chunk) not in state]
+    return [_entry_violation(index, entry, kind, text) for kind, text in found]
 
 
-def _switch_capacity(index: int, step, topology) -> list:
-    """Ports carrying more than the switch's capacity x rounds chunks in the step."""
+def _entry_violation(index: int, entry: SwitchSend, kind: str, text: str) -> Violation:
+    label = f"switch {entry.switch!r} chunk {entry.chunk} {list(entry.srcs)}->{list(entry.dsts)}"
+    return Violation(index, kind, f"{label}: {text}")
+
+
+def _switch_capacity(index: int, step, topology, ports) -> list:
+    """Ports carrying more than the switch's capacity x rounds chunks in the step (``ports``:
+    ``port_loads``' first answer)."""
     out = []
-    ports, _ = port_loads(step, topology)
     for (name, rank, direction), count in sorted(ports.items()):
         capacity = topology.switch_capacity(topology.switch(name))
         if capacity is not None and count > capacity * step.rounds:

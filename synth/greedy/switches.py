@@ -28,8 +28,8 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   receives (n-1)/n of the buffer, the allgather bound, in one step (NCCL's NVLS writes the
   shard to its own port too: M in).
 
-``switch_plan`` builds every variant (pieces 1, 2, 4, ... and the shares 0 and 1/(n-1)) and keeps
-the fastest at the size in the step model (under ``terms`` when given), verified.
+``switch_plan`` times every variant (pieces 1, 2, 4, ... and the shares 0 and 1/(n-1)) and keeps
+the fastest at the size in the step model (under ``terms`` when given), built and verified.
 
 >>> from synth.core.library import resolve_topology
 >>> plan = switch_plan(resolve_topology("h100"), "allreduce", 1 << 30)
@@ -39,15 +39,17 @@ the fastest at the size in the step model (under ``terms`` when given), verified
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from synth.core import collectives
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule, Send, Step, SwitchSend, rounds_needed
 from synth.core.topology import Switch, Topology
 from synth.verify import checked
 
-PIECES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-MAX_CHUNKS = 2048  # chunks per rank a variant may have (pieces x slices per head)
-MAX_TOTAL_CHUNKS = 1 << 13  # chunks of the whole collective a variant may have (ranks x chunks per rank)
+PIECES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+MAX_TOTAL_CHUNKS = 1 << 14  # chunks of the whole collective a variant may have (ranks x chunks per rank)
 COLLECTIVES = ("allreduce", "allgather")
 
 
@@ -97,43 +99,78 @@ def switch_plan(topology: Topology, collective: str, size: float, terms=None) ->
 
 
 def switch_plans(topology: Topology, collective: str, sizes, terms=None) -> dict:
-    """{size: the fastest variant there} for every size, each variant built once."""
-    from synth.cost import step_loads
-
+    """{size: the fastest variant there} for every size. Each family's time at every depth comes
+    from one small built member (``stretched``: a pipeline's middle steps are alike); only the
+    variants chosen are built in full, each once, and verified."""
     why = applies(topology, collective)
     if why is not None:
         raise InputError(f"switch plan on {topology.name}: {why}")
     best: dict = {}
-    for schedule in variants(topology, collective):
-        loads = step_loads(schedule)
-        for size in sizes:
-            took = loads.time_us(size) if terms is None else loads.best(size, terms)[1]
-            if size not in best or took < best[size][0]:
-                best[size] = (took, schedule)
-    chosen = {id(schedule): schedule for _, schedule in best.values()}
-    verified = {key: checked(schedule, "the switch planner") for key, schedule in chosen.items()}
-    return {size: verified[id(schedule)] for size, (_, schedule) in best.items()}
+    for family in families(topology, collective):
+        for pieces, loads in family.loads():
+            for size in sizes:
+                took = loads.time_us(size) if terms is None else loads.best(size, terms)[1]
+                if size not in best or took < best[size][0]:
+                    best[size] = (took, family, pieces)
+    built = {(id(f), k): checked(f.build(k), "the switch planner") for _, f, k in best.values()}
+    return {size: built[(id(f), k)] for size, (_, f, k) in best.items()}
+
+
+@dataclass(frozen=True)
+class Family:
+    """Pipelined variants alike but for their depth: ``build(pieces)`` makes one; ``lag`` is
+    how many steps a slice set's last step trails its first (set t runs in steps t..t+lag)."""
+
+    build: Callable[[int], Schedule]
+    lag: int
+    pieces: tuple[int, ...]
+
+    def loads(self):
+        """(pieces, StepLoads) for every depth, from members of at most lag + 1 pieces."""
+        from synth.cost import step_loads
+
+        reference = self.lag + 1
+        model = step_loads(self.build(reference)) if max(self.pieces) > reference else None
+        for pieces in self.pieces:
+            yield pieces, (step_loads(self.build(pieces)) if pieces <= reference
+                           else stretched(model, self.lag, reference, pieces))
+
+
+def stretched(loads, lag: int, reference: int, pieces: int):
+    """The StepLoads of the ``pieces``-deep member from the ``reference``-deep one (reference =
+    lag + 1): the same ramp-up and ramp-down steps, its one middle step repeated pieces - lag
+    times, chunks reference / pieces as large."""
+    from synth.cost import StepLoads
+
+    def repeat(rows):
+        return rows[:lag] + rows[lag:lag + 1] * (pieces - lag) + rows[lag + 1:]
+
+    return StepLoads(loads.buffer_chunks * pieces // reference, repeat(loads.links), repeat(loads.groups),
+                     loads.protocols)
+
+
+def families(topology: Topology, collective: str) -> list[Family]:
+    """The variant families ``switch_plans`` chooses from (see the module)."""
+    n = topology.ranks
+    depths = tuple(k for k in PIECES if k * n <= MAX_TOTAL_CHUNKS)
+    if topology.machine_count > 1:
+        switches = machine_switches(topology)
+        lag = 2 if fabric_switch(topology) is not None else 3
+        return [Family(lambda k: _across_machines(topology, switches, k), lag, depths)]
+    switch = domain_switch(topology)
+    if collective == "allgather":
+        return [Family(lambda k: _allgather(topology, switch), 0, (1,))]
+    shares = [(1, 0)] + ([(n - 1, 1)] if n > 2 and _full_mesh(topology) else [])
+    return [Family(lambda k, s=slices, p=p2p: _allreduce(topology, switch, k, s, p), 1,
+                   tuple(k for k in depths if k * slices * n <= MAX_TOTAL_CHUNKS))
+            for slices, p2p in shares]
 
 
 def variants(topology: Topology, collective: str):
-    """Every variant ``switch_plan`` chooses from, one at a time (not yet verified: the ones
-    chosen are)."""
-    if topology.machine_count > 1:
-        switches = machine_switches(topology)
-        for pieces in PIECES:
-            if pieces * topology.ranks <= MAX_TOTAL_CHUNKS:
-                yield _across_machines(topology, switches, pieces)
-        return
-    switch = domain_switch(topology)
-    if collective == "allgather":
-        yield _allgather(topology, switch)
-        return
-    n = topology.ranks
-    shares = [(1, 0)] + ([(n - 1, 1)] if n > 2 and _full_mesh(topology) else [])
-    for slices, p2p in shares:
-        for pieces in PIECES:
-            if pieces * slices <= MAX_CHUNKS and pieces * slices * n <= MAX_TOTAL_CHUNKS:
-                yield _allreduce(topology, switch, pieces, slices, p2p)
+    """Every variant ``switch_plans`` chooses from, built (not yet verified), one at a time."""
+    for family in families(topology, collective):
+        for pieces in family.pieces:
+            yield family.build(pieces)
 
 
 def _full_mesh(topology: Topology) -> bool:

@@ -91,3 +91,17 @@ def test_with_sharp_the_rail_is_one_switch_entry_per_slice():
                for step in schedule.steps for entry in step.switches)
     without = _across_machines(plain, machine_switches(plain), 2)
     assert step_time_us(schedule, 1 << 30) < step_time_us(without, 1 << 30)
+
+
+@pytest.mark.parametrize("name", ["h100", "h100x2", "h100x2+sharp"])
+def test_a_stretched_pipeline_costs_what_the_built_one_does(name):
+    """switch_plans times deep pipelines from a short member; the figure is the built one's."""
+    from synth.cost import step_loads
+    from synth.greedy.switches import families
+
+    for family in families(resolve_topology(name), "allreduce"):
+        for pieces, estimate in family.loads():
+            if pieces == 8:
+                built = step_loads(family.build(pieces))
+                for size in (1 << 20, 1 << 30):
+                    assert estimate.time_us(size) == pytest.approx(built.time_us(size), rel=1e-9)
