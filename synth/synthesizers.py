@@ -134,6 +134,7 @@ class Smt:
         rounds = problem.steps if problem.rounds is None else problem.rounds
         from synth.smt.encoding import SmtOptions
 
+        _say_point_to_point(self.name, problem, options)
         return solve_instance(problem.topology, problem.collective, problem.root, problem.steps, rounds,
                               problem.chunks or 1, options.time_limit, options.progress or _quiet, options.direct,
                               options.smt or SmtOptions())
@@ -169,6 +170,7 @@ class Milp(_Planner):
             return _moe(problem, options, "router")
         milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit, gap=options.gap,
                            threads=options.threads)  # bad options are one line before any work
+        _say_point_to_point(self.name, problem, options)
         sketch = self.sketch(problem, options)
         started = time.perf_counter()
         result = route(problem.topology, problem.collective, sketch, milp, root=problem.root,
@@ -382,6 +384,14 @@ def _moe(problem: Problem, options: Options, method: str) -> SolveResult:
     details = {"size": size, "time_us": took, "bound_us": bound, "percent_of_bound": 100.0 * bound / took,
                "plan_seconds": result.seconds}
     return SolveResult(Status.SOLVED, schedule, result.seconds, details=details)
+
+
+def _say_point_to_point(backend: str, problem: Problem, options: Options) -> None:
+    """One line where a backend that plans point to point meets a machine whose switches compute."""
+    names = [s.name for s in problem.topology.switches]
+    if names:
+        options.say(f"{backend}: plans point-to-point sends only; the switch(es) {', '.join(names[:4])}"
+                    f"{' ...' if len(names) > 4 else ''} go unused (--backend greedy plans through them)")
 
 
 def _importable(module: str) -> bool:
