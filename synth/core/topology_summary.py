@@ -1,4 +1,5 @@
-"""Human-readable description of a Topology (for ``synth topo show``).
+"""Human-readable description of a Topology (for ``synth topo show``): links, groups, NICs and
+the switches that compute (topology v2), with what each can do and which groups its ports share.
 
 >>> from synth.core.topology import Topology, Link
 >>> print(describe(Topology("pair", 2, (Link(0, 1, 25.0, 0.7), Link(1, 0, 25.0, 0.7)))).splitlines()[0])
@@ -12,7 +13,11 @@ import re
 from collections import Counter
 
 from synth.core.subset import rank_ranges
-from synth.core.topology import Topology
+from synth.core.topology import Switch, Topology
+
+MAX_SWITCH_LINES = 8  # more switch lines than this: alike switches (NAMExK's copies) share one line
+CAPABILITY_LEGEND = ("reduce: several ports summed into one; multicast: one port written to several; "
+                     "reduce_multicast: both in one pass")
 
 
 def diameter(topology: Topology) -> float:
@@ -23,7 +28,7 @@ def describe(topology: Topology, max_links: int = 64) -> str:
     """Summary line, machines, per-rank degree, links (or a histogram when many), groups, NICs."""
     lines = [
         f"{topology.name}: {topology.ranks} ranks, {len(topology.links)} directed links, "
-        f"{len(topology.groups)} groups, {topology.machine_count} machine(s), "
+        f"{len(topology.groups)} groups, {topology.machine_count} machine(s), {_switch_count(topology)}"
         f"diameter {_num(diameter(topology))}"
     ]
     caps = "whole (k-synchronous rounds apply)" if topology.rounds_apply else "not whole (no rounds)"
@@ -58,9 +63,121 @@ def describe(topology: Topology, max_links: int = 64) -> str:
         lines.append(f"NIC {nic.name}: ranks {_ranges(nic.ranks)}, {nic.bandwidth:g} GB/s, alpha {nic.alpha:g} us")
     if len(topology.nics) > 16:
         lines.append(f"... {len(topology.nics) - 16} more NICs")
+    lines += switch_lines(topology)
     for source in topology.sources:
         lines.append(f"source: {source}")
     return "\n".join(lines)
+
+
+def _switch_count(topology: Topology) -> str:
+    """'1 switch (reduce + multicast), ' for the summary line; '' without switches."""
+    if not topology.switches:
+        return ""
+    kinds = []
+    for switch in topology.switches:
+        if capabilities_text(switch) not in kinds:
+            kinds.append(capabilities_text(switch))
+    count = len(topology.switches)
+    return f"{count} switch{'es' if count != 1 else ''} ({'; '.join(kinds)}), "
+
+
+def capabilities_text(switch: Switch) -> str:
+    """What ``switch`` can do: 'reduce + multicast', 'reduce_multicast', or 'no operation'."""
+    return " + ".join(switch.capabilities) or "no operation"
+
+
+def switch_note(topology: Topology, description: str) -> str:
+    """What a one-line ``description`` of ``topology`` (``synth topo list``) leaves out of its
+    switches: '; switch NAME: CAPABILITIES' for each switch whose capabilities it does not name
+    ('' when it names them all, or there is no switch).
+
+    >>> from synth.core.library import resolve_topology
+    >>> switch_note(resolve_topology("h100"), "8 GPUs"), switch_note(resolve_topology("h100"), "reduce + multicast")
+    ('; switch nvswitch: reduce + multicast', '')
+    """
+    missing = [switch for switch in topology.switches if capabilities_text(switch) not in description]
+    return "".join(f"; switch {switch.name}: {capabilities_text(switch)}" for switch in missing)
+
+
+def switch_lines(topology: Topology) -> list[str]:
+    """The switches: a heading with what each capability means, then one line per switch (name,
+    ports, per-port bandwidth, alpha and capacity, capabilities, kind, the groups its ports share);
+    beyond ``MAX_SWITCH_LINES`` switches, one line per set of alike switches (see ``_shape``).
+
+    >>> from synth.core.library import resolve_topology
+    >>> for part in switch_lines(resolve_topology("h100"))[1].split("; "):
+    ...     print(part)
+      nvswitch: 8 ports (ranks 0-7), 450 GB/s, alpha 0.7 us, cap 1 per port
+    reduce + multicast
+    kind nvlink
+    port groups gpuN-out / gpuN-in (one per port)
+    """
+    if not topology.switches:
+        return []
+    lines = [f"switches ({CAPABILITY_LEGEND}):"]
+    if len(topology.switches) <= MAX_SWITCH_LINES:
+        return lines + [f"  {switch.name}: {_switch_ports(switch)}, {_switch_terms(topology, switch)}"
+                        for switch in topology.switches]
+    alike: dict[tuple, list[Switch]] = {}
+    for switch in topology.switches:
+        alike.setdefault(_shape(switch), []).append(switch)
+    for members in alike.values():
+        lines.append(f"  {_names(members)}: {_switch_ports(members[0], members)}, "
+                     f"{_switch_terms(topology, members[0])}")
+    return lines
+
+
+def _shape(switch: Switch) -> tuple:
+    """What alike switches share: everything but their name, ranks and the numbers in group names
+    (the copies of one machine's switch in ``NAMExK``)."""
+    return (len(switch.ranks), switch.bandwidth, switch.alpha, switch.capacity, switch.capabilities, switch.kind,
+            port_groups_text(switch))
+
+
+def _names(members: list[Switch]) -> str:
+    if len(members) == 1:
+        return members[0].name
+    return f"{len(members)} switches {members[0].name} .. {members[-1].name}"
+
+
+def _switch_ports(switch: Switch, members: list[Switch] | None = None) -> str:
+    """'8 ports (ranks 0-7)'; for alike switches '8 ports each (ranks 0-127 together)'."""
+    count = f"{len(switch.ranks)} port{'s' if len(switch.ranks) != 1 else ''}"
+    if not members or len(members) == 1:
+        return f"{count} (ranks {_ranges(switch.ranks)})"
+    return f"{count} each (ranks {_ranges({rank for member in members for rank in member.ranks})} together)"
+
+
+def _switch_terms(topology: Topology, switch: Switch) -> str:
+    capacity = topology.switch_capacity(switch)
+    return (f"{switch.bandwidth:g} GB/s, alpha {switch.alpha:g} us, "
+            f"cap {capacity if capacity is not None else 'not whole'} per port; {capabilities_text(switch)}; "
+            f"kind {switch.kind or 'not given'}; {port_groups_text(switch)}")
+
+
+def port_groups_text(switch: Switch) -> str:
+    """Which groups the ports share with ordinary links, numbers written as N: 'port groups
+    gpuN-out / gpuN-in (one per port)' (out / in), 'port groups out nicN-out (1 for 8 ports), in
+    none', 'no port groups'. Ports of one switch in one group share its capacity."""
+    sides = {side: _group_names(names) for side, names in (("out", switch.out_groups), ("in", switch.in_groups))}
+    if sides["out"] is None and sides["in"] is None:
+        return "no port groups"
+    if sides["out"] and sides["in"] and sides["out"][1] == sides["in"][1]:
+        return f"port groups {sides['out'][0]} / {sides['in'][0]} ({sides['out'][1]})"
+    return "port groups " + ", ".join(f"{side} {f'{text[0]} ({text[1]})' if text else 'none'}"
+                                      for side, text in sides.items())
+
+
+def _group_names(names: tuple[str | None, ...] | None) -> tuple[str, str] | None:
+    """('gpuN-out', 'one per port') / ('nicN-out', '2 for 8 ports; 3 ports without'); None: no group."""
+    named = [name for name in names or () if name is not None]
+    if not named:
+        return None
+    patterns = " | ".join(dict.fromkeys(re.sub(r"\d+", "N", name) for name in named))
+    distinct = len(set(named))
+    sharing = "one per port" if distinct == len(named) else f"{distinct} for {len(named)} ports"
+    without = len(names) - len(named)
+    return patterns, sharing + (f"; {without} port{'s' if without != 1 else ''} without" if without else "")
 
 
 def usable_out_bandwidth_line(topology: Topology) -> str:
@@ -92,8 +209,9 @@ def _usable_over_ranks(topology: Topology, keep) -> tuple[str, str]:
         links = {(l.src, l.dst): l for l in topology.out_links[rank] if keep(l)}
         if not links:
             continue
-        groups = [(frozenset(g.links).intersection(links), g) for g in topology.groups]
-        value, binding = _usable(links, [(ls, g) for ls, g in groups if ls])
+        touched = {g.name for key in links for g in topology.groups_of_link.get(key, ())}
+        groups = [(frozenset(g.links).intersection(links), g) for g in topology.groups if g.name in touched]
+        value, binding = _usable(links, groups)
         values.append(value)
         for label in [_group_label(topology, g) for g in binding] or ["its links"]:
             if label not in labels:
@@ -130,7 +248,7 @@ def _usable(links: dict, groups: list) -> tuple[float, list]:
 def _group_label(topology: Topology, group) -> str:
     """How a capping group reads: 'NIC', 'NVSwitch port' (an NVLink GPU port group), else its name
     with numbers as N (one label for every rank's group of one kind)."""
-    kinds = {l.kind for l in topology.links if (l.src, l.dst) in set(group.links)}
+    kinds = {topology.link(*key).kind for key in group.links}
     if "nic" in group.name.lower() or kinds == {"net"}:
         return "NIC"
     if kinds == {"nvlink"} and "gpu" in group.name.lower():

@@ -16,6 +16,11 @@
   the per-GPU port bandwidth with groups ``gpuI-out``/``gpuI-in`` of one port each. GPUs with
   NVLink keep only NVLink links (runtimes do not send over PCIe there), except between NVLink
   islands (bridged pairs), which PCIe joins so that collectives stay possible.
+- **NVLS**: an NVSwitch board of Hopper or newer GPUs (``GpuModel.nvls``) gets the library
+  ``h100``'s switch ``nvswitch``: reduce + multicast, kind nvlink, ports at the GPU's NVLink port
+  bandwidth sharing its ``gpuI-out``/``gpuI-in`` groups (the v2 ``switches`` of DESIGN.md). Older
+  GPUs, AMD and boards without an NVSwitch get none; ``--nvls on|off`` overrides (``on`` without an
+  NVSwitch is refused). A machine without a switch is written as ``synth.topology`` version 1.
 - **PCIe**: links of the GPU's PCIe generation and width; groups for what the traffic shares:
   each GPU's own link (``gpuI-pcie-out/in``), each PCIe switch's uplink (GPUs at PIX/PXB of each
   other), each host bridge's (PHB), and the CPU-to-CPU interconnect between NUMA nodes (SYS), at
@@ -32,8 +37,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from synth.core.errors import InputError
-from synth.core.topology import Group, Link, Nic, Topology
-from synth.importers.gpus import MODELS, PCIE_SOURCE, PCIE_X16_GBS, GpuModel, from_device, listed, model
+from synth.core.subset import rank_ranges
+from synth.core.topology import Group, Link, Nic, Switch, Topology
+from synth.importers.gpus import MODELS, NVLS_SOURCE, PCIE_SOURCE, PCIE_X16_GBS, GpuModel, from_device, listed, model
 from synth.importers.machine import PCIE_LEVELS, MachineDescription
 
 NVLINK_ALPHA = 0.7  # us: the library's NVLink/xGMI alpha (TE-CCL; reference/hardware.md)
@@ -42,36 +48,56 @@ NIC_ALPHA = 2.0  # us: the library's NIC alpha (inside the 1.3-2.6 us IB range; 
 SYS_GBS = {"intel": 10.0, "amd": 16.0, "power": 32.0, "arm": 6.0}  # NCCL topo.h SKL_QPI_BW, AMD_BW, P9_BW, ARM_BW
 DEFAULT_SYS = "intel"
 NVLINK_CHOICES = ("switch", "none")
+NVLS_CHOICES = ("on", "off")
+NVLS_SWITCH = "nvswitch"  # the name of the library h100's switch
 
 
 def build_topology(desc: MachineDescription, name: str, where: str, gpu: str | None = None,
-                   nic_gbps: float | None = None, cpu: str | None = None, nvlink: str | None = None) -> Topology:
+                   nic_gbps: float | None = None, cpu: str | None = None, nvlink: str | None = None,
+                   nvls: str | None = None) -> Topology:
     """The synth.topology for ``desc``; InputError (one line, naming ``where``) when it cannot be
     modelled without more information. ``nvlink`` (switch, none): what a file that lists GPUs by
-    PCI class only cannot say."""
+    PCI class only cannot say. ``nvls`` (on, off; None: automatic): whether the NVSwitch reduces
+    and multicasts (see ``nvls_switch``)."""
     n = desc.gpus
     if n < 1:
         raise InputError(f"{where}: no GPUs found")
     _check_nvlink_choice(desc, where, nvlink)
+    _check_nvls_choice(nvls)
     chosen = _gpu_model(desc, where, gpu, nvlink)
     sources = [f"imported from {where} ({desc.tool})"] + list(desc.notes)
     if chosen is not None:
         sources.append(f"GPU model {chosen.name}{' (--gpu)' if gpu else ''}: {chosen.source}")
     links: dict[tuple[int, int], Link] = {}
     groups: list[Group] = []
+    ports = _nvlink(desc, chosen, nvlink, links, groups, sources)
+    switches = nvls_switch(ports, chosen, nvls, where, sources)
+    pcie_pairs = _pcie_pairs(desc, links)
+    if pcie_pairs:
+        _pcie(desc, pcie_pairs, chosen, where, links, groups, sources, cpu)
+    nics = _nics(desc, chosen, nic_gbps, sources)
+    return Topology(name, n, tuple(links[k] for k in sorted(links)), tuple(groups), machines=(tuple(range(n)),),
+                    nics=nics, sources=tuple(sources), switches=switches)
+
+
+def _nvlink(desc: MachineDescription, chosen, nvlink: str | None, links, groups, sources) -> tuple[int, ...] | None:
+    """Add the NVLink / xGMI links (and, on an NVSwitch board, the port groups); return the NVLinks
+    of every GPU's NVSwitch port on an NVSwitch board, else None."""
+    n = desc.gpus
     fast = {k: p for k, p in desc.pairs.items() if p.kind in ("nvlink", "xgmi")}
+    ports, why = None, ""
     if nvlink == "switch":
-        _switch((chosen.links,) * n, chosen, links, groups, sources,
-                f"--nvlink switch: the file lists GPUs by PCI class only; the user says every GPU's "
-                f"{chosen.links} {chosen.name} NVLinks go into NVSwitches")
+        ports = (chosen.links,) * n
+        why = (f"--nvlink switch: the file lists GPUs by PCI class only; the user says every GPU's "
+               f"{chosen.links} {chosen.name} NVLinks go into NVSwitches")
     elif nvlink == "none":
         sources.append("--nvlink none: the file lists GPUs by PCI class only; the user says they have no NVLink "
                        "(PCIe only)")
     elif desc.switch_links and any(desc.switch_links):
-        _switch(desc.switch_links, chosen, links, groups, sources, "NVLinks into NVSwitches (the file)")
+        ports, why = tuple(desc.switch_links), "NVLinks into NVSwitches (the file)"
     elif fast and len(fast) == n * (n - 1) // 2 and n > 4 and len({p.links for p in fast.values()}) == 1:
         count = next(iter(fast.values())).links
-        _switch((count,) * n, chosen, links, groups, sources, f"every pair NV{count} on {n} GPUs: an NVSwitch board")
+        ports, why = (count,) * n, f"every pair NV{count} on {n} GPUs: an NVSwitch board"
     else:
         for (i, j), path in sorted(fast.items()):
             gbs = path.bandwidth or path.links * chosen.link_gbs
@@ -80,13 +106,63 @@ def build_topology(desc: MachineDescription, name: str, where: str, gpu: str | N
         if fast:
             sources.append(f"{len(fast)} GPU pairs joined directly by {chosen.kind if chosen else 'NVLink'}: "
                            f"links x {chosen.link_gbs:g} GB/s per direction, alpha {NVLINK_ALPHA} us")
-    pcie_pairs = _pcie_pairs(desc, links)
-    if pcie_pairs:
-        _pcie(desc, pcie_pairs, chosen, where, links, groups, sources, cpu)
-    nics = _nics(desc, chosen, nic_gbps, sources)
-    topo = Topology(name, n, tuple(links[k] for k in sorted(links)), tuple(groups), machines=(tuple(range(n)),),
-                    nics=nics, sources=tuple(sources))
-    return topo
+    if ports is not None:
+        _switch(ports, chosen, links, groups, sources, why)
+    return ports
+
+
+def _check_nvls_choice(nvls: str | None) -> None:
+    if nvls is not None and nvls not in NVLS_CHOICES:
+        raise InputError(f"--nvls must be one of {', '.join(NVLS_CHOICES)}, got {nvls!r}")
+
+
+def nvls_switch(ports: tuple[int, ...] | None, chosen: GpuModel | None, nvls: str | None, where: str,
+                sources: list[str]) -> tuple[Switch, ...]:
+    """The NVSwitch as a switch that computes, or nothing; the choice is written into ``sources``.
+
+    Rule: an NVSwitch board (``ports`` not None) whose GPU model is Hopper or newer
+    (``GpuModel.nvls``) gets NVLink SHARP, as the library's ``h100``: one switch ``nvswitch`` over
+    every GPU with a port, ``reduce`` + ``multicast`` (not both in one pass), kind nvlink, each
+    port at the smallest GPU port bandwidth with the NVLink alpha, sharing the GPU's
+    ``gpuI-out`` / ``gpuI-in`` groups with the NVLink sends. Older GPUs, AMD and boards without
+    an NVSwitch get none. ``nvls`` overrides the rule: ``off`` never, ``on`` always, and ``on``
+    without an NVSwitch is an InputError.
+
+    >>> [s.name for s in nvls_switch((18,) * 8, model("h100"), None, "t.txt", [])]
+    ['nvswitch']
+    >>> nvls_switch((12,) * 8, model("a100"), None, "t.txt", []), nvls_switch(None, model("h100"), "off", "t", [])
+    ((), ())
+    """
+    if ports is None:
+        if nvls == "on":
+            raise InputError(f"{where}: --nvls on: the file shows no NVSwitch (NVLS is NVLink SHARP in the "
+                             "NVSwitch); leave --nvls out or give --nvls off")
+        return ()
+    hopper = chosen is not None and chosen.nvls
+    if nvls == "off" or (nvls is None and not hopper):
+        sources.append(_no_nvls(chosen, nvls))
+        return ()
+    members = tuple(i for i, p in enumerate(ports) if p > 0)
+    gbs = min(ports[i] for i in members) * chosen.link_gbs
+    why = (f"{chosen.name} is Hopper or newer" if nvls is None else
+           "--nvls on" + ("" if hopper else f" (the user's word: {chosen.name} is older than Hopper)"))
+    sources.append(f"NVSwitch with NVLink SHARP (NVLS; {why}): switch '{NVLS_SWITCH}' over ranks "
+                   f"{rank_ranges(members)}: reduce (multimem.ld_reduce) and multicast (multimem.st), not both "
+                   f"in one pass; ports at {gbs:g} GB/s, alpha {NVLINK_ALPHA} us, kind nvlink, sharing the "
+                   "gpuI-out / gpuI-in groups with the NVLink sends, as the library's h100 (reference/in-network.md "
+                   f"sections 2.1 and 3); {NVLS_SOURCE}")
+    return (Switch(NVLS_SWITCH, members, gbs, NVLINK_ALPHA, reduce=True, multicast=True,
+                   out_groups=tuple(f"gpu{i}-out" for i in members), in_groups=tuple(f"gpu{i}-in" for i in members),
+                   kind="nvlink"),)
+
+
+def _no_nvls(chosen: GpuModel | None, nvls: str | None) -> str:
+    """The source line of an NVSwitch board modelled without NVLS."""
+    if nvls == "off":
+        return "NVSwitch without NVLS (--nvls off): no switch reduces or multicasts; point-to-point NVLink only"
+    what = "an unknown GPU" if chosen is None else f"{chosen.name}, older than Hopper"
+    return (f"NVSwitch without NVLS ({what}; {NVLS_SOURCE}): no switch reduces or multicasts; --nvls on "
+            "models one anyway")
 
 
 def _check_nvlink_choice(desc: MachineDescription, where: str, nvlink: str | None) -> None:
@@ -109,6 +185,7 @@ def _gpu_model(desc: MachineDescription, where: str, gpu: str | None, nvlink: st
                          f"({'xGMI instead' if chosen.kind == 'xgmi' else 'PCIe only'}); give --nvlink none "
                          "or a GPU model with NVLink")
     if chosen is not None:
+        _check_link_kind(desc, chosen, where, gpu)
         return chosen
     fast = [p for p in desc.pairs.values() if p.kind in ("nvlink", "xgmi")]
     needs = bool(fast or any(desc.switch_links) or nvlink == "switch")
@@ -122,6 +199,22 @@ def _gpu_model(desc: MachineDescription, where: str, gpu: str | None, nvlink: st
     which = "any model (PCIe only)" if len(fits) == len(MODELS) else "one that fits"
     raise InputError(f"{where}: the file does not say which GPU this is, and {what} do not tell its generation: "
                      f"give --gpu, {which}: {listed(fits)}")
+
+
+def _check_link_kind(desc: MachineDescription, chosen: GpuModel, where: str, gpu: str | None) -> None:
+    """The model must have the scale-up links the file shows (NVLink, NVSwitch ports, xGMI): an
+    NV18 matrix read as an L40S (no NVLink) or an MI300X (xGMI) is one line naming the models that
+    fit."""
+    kinds = {p.kind for p in desc.pairs.values() if p.kind in ("nvlink", "xgmi")}
+    kinds |= {"nvlink"} if any(desc.switch_links) else set()
+    if not kinds or (kinds == {chosen.kind} and chosen.link_gbs > 0):
+        return
+    names = {"nvlink": "NVLink", "xgmi": "xGMI"}
+    shown = " and ".join(names[kind] for kind in sorted(kinds))
+    by = "--gpu" if gpu else "named by the file"
+    raise InputError(f"{where}: the file shows {shown} links and {chosen.name} ({by}) has "
+                     f"{names.get(chosen.kind, 'neither (PCIe only)')}: give --gpu, one that fits: "
+                     f"{listed(fitting_models(desc))}")
 
 
 def _named_model(desc: MachineDescription, gpu: str | None) -> GpuModel | None:

@@ -1,4 +1,5 @@
-"""GPU models an importer needs to know: per-link NVLink/xGMI bandwidth, PCIe generation, NIC default.
+"""GPU models an importer needs to know: per-link NVLink/xGMI bandwidth, PCIe generation, NIC default,
+and whether the GPU takes part in NVLink SHARP (NVLS) on an NVSwitch board (Hopper or newer).
 
 ``model(name)`` takes the names people type (``--gpu``: V100, a100, H200, rtx4090, "RTX 3090",
 MI300X ..., any case, spaces/dashes ignored); ``from_device(text)`` takes what an NCCL/RCCL dump
@@ -10,6 +11,8 @@ checked against the data sheet), as in hardware.md's own marking.
 (25.0, 14.0625, 'xgmi')
 >>> from_device("10de:2330").name, from_device("gfx942").name
 ('H100', 'MI300X')
+>>> model("h200").nvls, model("gb300").nvls, model("a100").nvls, model("mi300x").nvls
+(True, True, False, False)
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ PCIE_SOURCE = ("PCIe bandwidth per direction: x16 = 15.75 GB/s gen3, 31.5 gen4, 
 class GpuModel:
     """``kind``: the scale-up link (nvlink, xgmi, or none); ``link_gbs``: per link per direction;
     ``links``: links per GPU on the usual board; ``pcie``: PCIe generation; ``nic_gbps``: the NIC
-    speed such machines usually carry (used only when neither the file nor --nic-gbps says)."""
+    speed such machines usually carry (used only when neither the file nor --nic-gbps says);
+    ``nvls``: an NVIDIA GPU of Hopper (sm_90) or newer with NVLink, so that on an NVSwitch board
+    the switch reduces and multicasts for it (``NVLS_SOURCE``)."""
 
     name: str
     kind: str
@@ -40,10 +45,18 @@ class GpuModel:
     pcie: int
     nic_gbps: float
     source: str
+    nvls: bool = False
 
 
-def _m(name, kind, gbs, links, pcie, nic, source):
-    return GpuModel(name, kind, gbs, links, pcie, nic, source)
+def _m(name, kind, gbs, links, pcie, nic, source, nvls=False):
+    return GpuModel(name, kind, gbs, links, pcie, nic, source, nvls)
+
+
+# The Hopper+ flag (``nvls=True`` below): what makes an NVSwitch board an NVLS board.
+NVLS_SOURCE = ("NVLS needs an NVSwitch node whose GPUs are all sm_90 (Hopper) or newer (NCCL src/graph/search.cc:1124 "
+               "at v2.30.7; nvlsEfficiency is 0 for Volta and Ampere, tuning.cc:138-144; reference/in-network.md "
+               "sections 5.1 and 6); HGX H100/H200/B200/B300 and GB200/GB300 NVL72 run it (reference/machines-2026.md "
+               "sections 1-5 and 9)")
 
 
 _NV2 = "NVLink2: 25 GB/s per link per direction [R]"
@@ -54,13 +67,16 @@ MODELS = (
     _m("V100", "nvlink", 25.0, 6, 3, 100, f"V100 (SXM2): 6 links, {_NV2}; PCIe gen3 [M]; DGX-1 NICs EDR 100 Gb/s [R]"),
     _m("A100", "nvlink", 25.0, 12, 4, 200, f"A100: 12 links, {_NV3}; PCIe gen4 [M]; HDR 200 Gb/s NICs [R]"),
     _m("A800", "nvlink", 25.0, 8, 4, 200, f"A800: 8 links, {_NV3} (400 GB/s bidirectional) [M]; PCIe gen4 [M]"),
-    _m("H100", "nvlink", 25.0, 18, 5, 400, f"H100: 18 links, {_NV4}; PCIe gen5 [M]; NDR 400 Gb/s NICs [R]"),
-    _m("H800", "nvlink", 25.0, 8, 5, 400, f"H800: 8 links, {_NV4} [M]; PCIe gen5 [M]"),
-    _m("H200", "nvlink", 25.0, 18, 5, 400, f"H200: 18 links, {_NV4} [M]; PCIe gen5 [M]"),
-    _m("H20", "nvlink", 25.0, 18, 5, 400, f"H20: 18 links, {_NV4} (900 GB/s bidirectional) [M]; PCIe gen5 [M]"),
-    _m("B200", "nvlink", 50.0, 18, 5, 400, f"B200: 18 links, {_NV5}; PCIe gen5 [M]"),
-    _m("B300", "nvlink", 50.0, 18, 6, 800, f"B300: 18 links, {_NV5} [M]; PCIe gen6 [M]; 800 Gb/s NICs [M]"),
-    _m("GB200", "nvlink", 50.0, 18, 5, 800, f"GB200: 18 links, {_NV5} [R]; 800 Gb/s NICs [R range 400-800]"),
+    _m("H100", "nvlink", 25.0, 18, 5, 400, f"H100: 18 links, {_NV4}; PCIe gen5 [M]; NDR 400 Gb/s NICs [R]", nvls=True),
+    _m("H800", "nvlink", 25.0, 8, 5, 400, f"H800: 8 links, {_NV4} [M]; PCIe gen5 [M]", nvls=True),
+    _m("H200", "nvlink", 25.0, 18, 5, 400, f"H200: 18 links, {_NV4} [M]; PCIe gen5 [M]", nvls=True),
+    _m("H20", "nvlink", 25.0, 18, 5, 400, f"H20: 18 links, {_NV4} (900 GB/s bidirectional) [M]; PCIe gen5 [M]",
+       nvls=True),
+    _m("B200", "nvlink", 50.0, 18, 5, 400, f"B200: 18 links, {_NV5}; PCIe gen5 [M]", nvls=True),
+    _m("B300", "nvlink", 50.0, 18, 6, 800, f"B300: 18 links, {_NV5} [M]; PCIe gen6 [M]; 800 Gb/s NICs [M]",
+       nvls=True),
+    _m("GB200", "nvlink", 50.0, 18, 5, 800, f"GB200: 18 links, {_NV5} [R]; 800 Gb/s NICs [R range 400-800]",
+       nvls=True),
     _m("L4", "none", 0.0, 0, 4, 100, "L4: no NVLink, PCIe gen4 [M]"),
     _m("L40", "none", 0.0, 0, 4, 100, "L40: no NVLink, PCIe gen4 [M]"),
     _m("L40S", "none", 0.0, 0, 4, 100, "L40S: no NVLink, PCIe gen4 [M]"),

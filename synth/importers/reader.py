@@ -60,10 +60,12 @@ def read_text_file(path: str | Path) -> str:
 
 def import_text(text: str, where: str, fmt: str = "auto", gpu: str | None = None, nic_gbps: float | None = None,
                 nodes: int = 1, name: str | None = None, cpu: str | None = None,
-                nvlink: str | None = None) -> Topology:
+                nvlink: str | None = None, nvls: str | None = None) -> Topology:
     """The synth.topology the tool output ``text`` describes (``nodes`` > 1: that many copies joined
-    through their NICs, as ``NAMExK``). ``nvlink`` (switch, none): for NCCL topology files that list
-    GPUs by PCI class only, whether the GPUs sit on an NVSwitch or have no NVLink."""
+    through their NICs, as ``NAMExK``, each keeping its switch). ``nvlink`` (switch, none): for NCCL
+    topology files that list GPUs by PCI class only, whether the GPUs sit on an NVSwitch or have no
+    NVLink. ``nvls`` (on, off; None: Hopper or newer on an NVSwitch): whether the NVSwitch reduces
+    and multicasts (synth.importers.build.nvls_switch)."""
     from synth.importers.build import build_topology
 
     if fmt not in FORMATS:
@@ -74,7 +76,7 @@ def import_text(text: str, where: str, fmt: str = "auto", gpu: str | None = None
                          "(give --format if it is one of them)")
     desc = _readers()[found][1](text, where)
     base = name or _name_of(where)
-    topo = build_topology(desc, base, where, gpu=gpu, nic_gbps=nic_gbps, cpu=cpu, nvlink=nvlink)
+    topo = build_topology(desc, base, where, gpu=gpu, nic_gbps=nic_gbps, cpu=cpu, nvlink=nvlink, nvls=nvls)
     if nodes != 1:
         from synth.core.compose import compose_machines
 

@@ -78,6 +78,7 @@ def _switch_like(topo: Topology, library: Topology) -> None:
         sorted((l.src, l.dst, l.bandwidth, l.kind) for l in library.links)
     assert sorted((g.name, g.links, g.bandwidth) for g in topo.groups) == \
         sorted((g.name, g.links, g.bandwidth) for g in library.groups)
+    assert topo.switches == library.switches  # h100: the NVLS switch; a100: none
 
 
 def test_dgx_a100_and_hgx_h100_match_the_library_inside_the_machine(tmp_path):
@@ -185,6 +186,7 @@ def test_nodes_compose_like_the_library(tmp_path):
     assert topo.ranks == 16 and topo.machines == library.machines
     assert sorted((l.src, l.dst, l.bandwidth) for l in topo.links) == \
         sorted((l.src, l.dst, l.bandwidth) for l in library.links)
+    assert topo.switches == library.switches
 
 
 def test_the_imported_dgx1_gives_the_library_frontier(tmp_path):
