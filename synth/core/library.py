@@ -143,7 +143,7 @@ def list_topologies() -> list[tuple[str, str]]:
     rows.append((_COMPOSE_SYNTAX, "K copies of library machine NAME joined by a non-blocking "
                                   "fabric through their NICs, e.g. ndv2x2, h100x16"))
     rows.append((_COMPOSE_SYNTAX + SHARP_SUFFIX, "the same on an InfiniBand fabric with SHARP: its "
-                                                 "switches reduce and multicast (e.g. h100x16+sharp)"))
+                                                 "switches reduce and multicast in one pass (e.g. h100x16+sharp)"))
     return rows
 
 

@@ -242,7 +242,10 @@ class Topology:
             raise TopologyError(f"{where}: 'ranks' is empty")
         seen: set[int] = set()
         for rank in switch.ranks:
-            self._check_rank(rank, f"switch {switch.name!r}")
+            if not isinstance(rank, int) or isinstance(rank, bool):
+                raise TopologyError(f"{where}: 'ranks' entries must be integers, got {_json(rank)}")
+            if not 0 <= rank < self.ranks:
+                raise TopologyError(f"{where}: 'ranks' names {rank}, out of range 0..{self.ranks - 1}")
             if rank in seen:
                 raise TopologyError(f"{where}: rank {rank} is named twice in 'ranks'")
             seen.add(rank)
@@ -252,7 +255,7 @@ class Topology:
         _check_capacity(switch.capacity, where)
         for name in SWITCH_CAPABILITIES:
             if not isinstance(getattr(switch, name), bool):
-                raise TopologyError(f"{where}: {name!r} must be true or false, got {getattr(switch, name)!r}")
+                raise TopologyError(f"{where}: {name!r} must be true or false, got {_json(getattr(switch, name))}")
         for field_name in ("out_groups", "in_groups"):
             groups = getattr(switch, field_name)
             if groups is None:
@@ -499,6 +502,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _json(value: Any) -> str:
+    """``value`` as JSON spells it (null, true, "0"), for messages about a file."""
+    import json
+
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def _check_positive(value: Any, what: str) -> None:
     if not _is_number(value) or not math.isfinite(value) or value <= 0:
         raise TopologyError(f"{what} must be a positive number, got {value!r}")
@@ -600,7 +613,7 @@ def _parse_switch(item: Any, where: str) -> Switch:
         if value is not None and (not isinstance(value, list)
                                   or not all(g is None or isinstance(g, str) for g in value)):
             raise TopologyError(f"{where}: switch {name!r}: {key!r} must be a list of group names "
-                                f"(or null), got {value!r}")
+                                f"(or null), got {_json(value)[:80]}")
         port_groups[key] = None if value is None else tuple(value)
     flags = {key: item.get(key, False) for key in SWITCH_CAPABILITIES}
     return Switch(name, tuple(item["ranks"]), item["bandwidth"], item.get("alpha", 0.0),

@@ -119,10 +119,10 @@ def _version_1(switch, doc):
 
 
 BAD = {  # edit, what the one line must hold (the field and the value)
-    "rank out of range": (_rank_out_of_range, ("switch 'nvswitch'", "rank 8", "out of range 0..7")),
+    "rank out of range": (_rank_out_of_range, ("switch 'nvswitch'", "'ranks' names 8", "out of range 0..7")),
     "rank twice": (_rank_twice, ("switch 'nvswitch'", "rank 6", "twice", "'ranks'")),
     "reduce not a boolean": (_reduce_one, ("switch 'nvswitch'", "'reduce'", "true or false", "got 1")),
-    "multicast not a boolean": (_multicast_text, ("'multicast'", "true or false", "'yes'")),
+    "multicast not a boolean": (_multicast_text, ("'multicast'", "true or false", '"yes"')),
     "out_groups of the wrong length": (_out_groups_short, ("'out_groups'", "7 entries", "8 ports")),
     "in_groups naming an unknown group": (_in_groups_unknown, ("'in_groups'", "'gpu9-in'", "not a group")),
     "switches in a version 1 document": (_version_1, ("'switches'", "version 2", "version 1")),
