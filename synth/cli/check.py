@@ -98,10 +98,11 @@ def report(path: str, names: list[str] | None = None) -> CheckReport:
 
 
 def _summary(program: Program) -> str:
+    switches = f", {program.switch_ops} switch ops" if program.switch_ops else ""
     return (f"{program.collective or '?'} on {program.ranks} ranks, {program.protocol or '?'}, "
             f"{program.chunks_per_loop} chunks per loop, {program.channels} channels, up to "
             f"{program.threadblocks_per_rank} thread blocks per rank and "
-            f"{program.max_ops_per_threadblock} steps per block")
+            f"{program.max_ops_per_threadblock} steps per block{switches}")
 
 
 def exit_code(doc: dict) -> int:
@@ -153,6 +154,7 @@ def check_mscclpp_plan(args, doc) -> int:
     from synth.mscclpp.plan import read_plan, summary
     from synth.mscclpp.replay import replay
     from synth.mscclpp.rules import check_plan
+    from synth.mscclpp.switch_rules import switch_note
 
     if args.runtime:
         raise InputError("--runtime applies to MSCCL XML files; an MSCCL++ plan is checked against mscclpp >= 0.8")
@@ -160,18 +162,19 @@ def check_mscclpp_plan(args, doc) -> int:
     if plan is not None and plan.schema == "current":
         problems = problems + check_plan(plan)
     result = replay(plan)
+    notes = list(plan.notes) + ([switch_note(plan)] if plan.schema == "current" and switch_note(plan) else [])
     loads = not problems and plan.schema == "current"
     good = (loads or plan.schema == "legacy") and result.correct is not False
     if args.json:
         print(json.dumps({"format": "mscclpp", "schema": plan.schema, "loads": loads,
-                          "problems": [str(p) for p in problems], "notes": list(plan.notes),
+                          "problems": [str(p) for p in problems], "notes": notes,
                           "replay": {"correct": result.correct, "problems": list(result.problems),
                                      "note": result.note}}, indent=1))
         return EXIT_OK if good else EXIT_INVALID
     print(f"{args.file}: {summary(plan)}")
     verdict = "not judged" if plan.schema == "legacy" else "loads" if loads else "does not load"
     print(f"  mscclpp  {verdict}" + (f" ({len(problems)} problem(s))" if problems else ""))
-    lines = [str(p) for p in problems] + list(plan.notes)
+    lines = [str(p) for p in problems] + notes
     print("".join(f"    {line}\n" for line in lines[:30]), end="")
     label = {True: "correct", False: "INCORRECT", None: "not judged"}[result.correct]
     print(f"  replay   {label}" + (f" ({result.note})" if result.note else ""))

@@ -102,9 +102,10 @@ def footprint(program, text: str = "") -> str:
         from synth.mscclpp.plan import read_plan, summary
 
         return "plan: " + summary(read_plan(json.loads(text))[0]).split(": ", 1)[1]
+    switches = f", {program.switch_ops} switch ops" if program.switch_ops else ""
     return (f"footprint: {program.threadblocks_per_rank} thread blocks per rank, {program.channels} "
             f"channel(s), at most {program.max_ops_per_threadblock} steps per thread block, "
-            f"nchunksperloop {program.chunks_per_loop}")
+            f"nchunksperloop {program.chunks_per_loop}{switches}")
 
 
 def _options(args, runtime: str | None):

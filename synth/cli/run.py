@@ -1,5 +1,8 @@
 """``synth run FILE``: execute a schedule, synth.program or MSCCL XML file on real processes.
 
+Switch entries (and a program's switch ops) run emulated with point-to-point messages
+(synth.runtime.switch_ops), on gloo only: ``--backend nccl`` refuses them in one line.
+
 Wired into synth.cli.main by ``add_run_parser(sub)``. The file is loaded (a schedule is verified
 and lowered), replayed by our own checker (a program it finds wrong is refused, exit 4, unless
 ``--force``), then run by one process per rank (or by this process as one rank of a ``torchrun``
@@ -69,9 +72,10 @@ def _check_numbers(args) -> None:
 def cmd_run(args) -> int:
     _check_numbers(args)
     asked = _sizes(args.size)  # bad sizes are one line before anything is read
-    from synth.runtime.runnable import load_runnable, precheck, run_sizes
+    from synth.runtime.runnable import check_backend, load_runnable, precheck, run_sizes
 
     runnable = load_runnable(args.file, inplace=True if args.inplace else None, root=args.root)
+    check_backend(runnable, args.backend)
     sizes = run_sizes(runnable, asked)
     if importlib.util.find_spec("torch") is None:
         raise InputError(f"synth run needs PyTorch, which is not installed: {TORCH_HINT}")

@@ -87,6 +87,9 @@ def _max_bytes(program: Program, profile: Profile) -> int:
 def check_program(program: Program, profile: Profile) -> None:
     """InputError (one line) at the first thing ``profile``'s runtime would refuse or misrun."""
     where = f"{profile.name} runtime"
+    if program.switch_ops:
+        raise InputError(f"MSCCL has no switch operation (its runtimes run point-to-point sends only); this program "
+                         f"has {program.switch_ops} switch ops: write it as mscclpp-json or program-json")
     if program.collective not in profile.coll_names:
         raise InputError(f"{where} has no collective {program.collective!r} "
                          f"(it knows {', '.join(sorted(profile.coll_names))})")

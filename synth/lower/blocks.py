@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from synth.lower.layout import Loc
-from synth.lower.plan import Planner
+from synth.lower.plan import Planner, SwitchTransfer
 from synth.msccl.profiles import MAX_DEP_TB
-from synth.program.ir import Op, Threadblock
+from synth.program.ir import Op, Threadblock, switch_type
 
 
 @dataclass(eq=False, slots=True)
@@ -20,7 +20,7 @@ class _Op:
     src: Loc
     dst: Loc
     count: int
-    peer: int  # the send peer of s, the receive peer of r/rrc, -1 for cpy
+    peer: int  # the send peer of s, the receive peer of r/rrc, -1 for cpy and switch ops
     channel: int
     reads: Loc | None
     writes: Loc | None
@@ -33,6 +33,7 @@ class _Op:
     has_dep: bool = False
     vc: Any = None  # vector clock: id(block) -> last position known complete
     kept: Any = None  # the dependencies kept after reduction
+    switch: Any = None  # switch ops: (switch_id, srcs, dsts)
 
 
 @dataclass(eq=False)
@@ -75,12 +76,34 @@ def build_ops(plan: Planner, k: int, channels: int, steps: int) -> dict[int, lis
                 operand = _expand(tr.operand, tr.count, k, i)
                 ops[tr.dst].append(_Op((tr.step, 1, tr.seq, i), "rrc", operand, target, tr.count,
                                        tr.src, channel, operand, target))
+    for number, sw in enumerate(plan.switches):
+        for i in range(k):
+            _switch_ops(ops, sw, number * k + i, k, i, channels)
     for cp in plan.copies:
         for i in range(k):
             src, dst = _expand(cp.src, cp.count, k, i), _expand(cp.dst, cp.count, k, i)
             ops[cp.rank].append(_Op((steps, 2, cp.seq, i), "cpy", src, dst, cp.count, -1,
                                     i * channels, src, dst))
     return ops
+
+
+def _switch_ops(ops: dict, sw: SwitchTransfer, ident: int, k: int, i: int, channels: int) -> None:
+    """Instance i of a switch transfer: one op on every participant, reading where that rank is
+    a src and writing where it is a dst (the unused side is -1)."""
+    kind = switch_type(len(sw.srcs), len(sw.dsts))
+    for rank in dict.fromkeys((*sw.srcs, *sw.dsts)):
+        read, write = sw.read_at(rank), sw.write_at(rank)
+        src = _expand(read, sw.count, k, i) if read is not None else ("i", -1)
+        dst = _expand(write, sw.count, k, i) if write is not None else ("o", -1)
+        ops[rank].append(_Op((sw.step, 0, sw.seq, i), kind, src, dst, sw.count, -1, i * channels,
+                             src if read is not None else None, dst if write is not None else None,
+                             switch=(ident, sw.srcs, sw.dsts)))
+
+
+def _root(switch: tuple) -> int:
+    """The root of a switch op (synth.program.ir.Op.root) from its (id, srcs, dsts)."""
+    _, srcs, dsts = switch
+    return srcs[0] if len(srcs) == 1 else dsts[0]
 
 
 def _fusion_weights(rank_ops: list[_Op]) -> dict[tuple[int, int, int], int]:
@@ -132,6 +155,12 @@ def assign_blocks(rank_ops: list[_Op], pair_all: bool, base_channel) -> list[_Bl
     for op in rank_ops:
         if op.type == "s":
             blocks[("s", op.peer, op.channel)].ops.append(op)
+        elif op.switch is not None:
+            key = ("w", _root(op.switch), 0)  # a block per root: switch ops through different roots overlap
+            if key not in blocks:
+                blocks[key] = _Block(-1, -1, 0)
+                unique.append(blocks[key])
+            blocks[key].ops.append(op)
         elif op.type != "cpy":
             blocks[("r", op.peer, op.channel)].ops.append(op)
     for op in sorted((op for op in rank_ops if op.type == "cpy"), key=lambda o: o.key):
@@ -258,6 +287,6 @@ def emit_rank(rank: int, blocks: list[_Block]) -> tuple[Threadblock, ...]:
                 steps.append(Op("nop", "i", -1, "o", -1, 0, dep_tb, dep_op, False))
             dep_tb, dep_op = deps[0] if deps else (-1, -1)
             steps.append(Op(op.type, op.src[0], op.src[1], op.dst[0], op.dst[1], op.count, dep_tb,
-                            dep_op, op.has_dep))
+                            dep_op, op.has_dep, *(op.switch or ())))
         out.append(Threadblock(block.id, block.send, block.recv, block.channel, tuple(steps)))
     return tuple(out)

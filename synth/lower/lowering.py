@@ -33,6 +33,12 @@ Design (rules from shared/reference/msccl-format.md, semantics from DESIGN.md):
   extra channels.
 * Instances (section 8.2): each op runs k times, instance i on channels ``i*C..``, each range
   (off, cnt) of every buffer becoming (off*k + i*cnt, cnt), so chunk counts scale by k.
+* Switch entries (DESIGN.md, "In-network reduction and multicast"; synth.lower.switches fuses a
+  reduce with the multicast of its result into one reduce-multicast): each is a switch op
+  (``glre``/``gstore``/``glres``, synth.program.ir) on every participant, in a thread block per
+  root (``Op.root``) on each rank, keyed after the step's sends and before its receives: each src reads where
+  its value lives at the step's start, each dst's result lands as a receive's would. MSCCL has no
+  switch operation: lowering for an MSCCL runtime (``runtime`` set) refuses them in one line.
 
 >>> from synth.baselines import registry
 >>> from synth.core.library import resolve_topology
@@ -50,7 +56,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule, refuse_switches
+from synth.core.schedule import Schedule
 from synth.lower.blocks import (
     Overflow,
     add_dependencies,
@@ -118,6 +124,16 @@ def _check_options(options: LoweringOptions) -> Profile | None:
     return None if options.runtime is None else PROFILES[options.runtime]
 
 
+def refuse_switches_for_msccl(schedule: Schedule, runtime: str) -> None:
+    """InputError (one line) when ``schedule`` has switch entries: MSCCL has no switch operation."""
+    if schedule.switch_count:
+        names = sorted({entry.switch for step in schedule.steps for entry in step.switches})
+        raise InputError(f"MSCCL has no switch operation (its runtimes run point-to-point sends only): cannot lower "
+                         f"for the {runtime} runtime a schedule with {schedule.switch_count} switch entries (switch "
+                         f"{', '.join(names)}); export it as mscclpp-json (NVLS switch channels) or as program-json "
+                         "without --runtime")
+
+
 def _default_name(schedule: Schedule) -> str:
     algo = schedule.meta.get("algorithm") or schedule.meta.get("synthesizer") or "synth"
     raw = f"{algo}_{schedule.collective.name}_{schedule.topology.name}_s{len(schedule.steps)}"
@@ -130,8 +146,9 @@ def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions(), layo
     chunk) lives (default: MSCCL's layout for the collective, ``buffer_layout``); a runtime that
     packs its buffers its own way (synth.runtime.moe: a rank's tokens only) passes its own, which
     must place every (rank, chunk) of ``pre`` in ``inputs`` and of ``post`` in ``outputs``."""
-    refuse_switches(schedule, "lowering to a program (MSCCL XML, MSCCL++, synth run)")
     profile = _check_options(options)
+    if profile is not None:
+        refuse_switches_for_msccl(schedule, profile.name)
     if layout is None:
         layout = buffer_layout(schedule.collective, options.inplace)
     k = options.instances

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule
 from synth.lower.layout import Layout, Loc
+from synth.lower.switches import SwitchMove, switch_moves
 from synth.msccl.profiles import MAX_COUNT
 
 _FOREVER = 1 << 60
 MAX_OPS_PER_STEP = 7  # per connection and step: NCCL's 8 FIFO slots, one spare for a fused receive
-
+SWITCH_SEQ = 1 << 40  # switch transfers' sequence numbers: after every send of their step
 
 
 
@@ -30,6 +31,30 @@ class Transfer:
     kind: str  # "r" or "rrc"
     target: Loc
     operand: Loc | None  # rrc: the receiver's local operand
+
+
+@dataclass(frozen=True)
+class SwitchTransfer:
+    """One switch operation of a step, ``count`` chunks from ``chunk`` on: each src reads its
+    ``reads`` location, each dst writes its ``writes`` one (rank -> Loc, in srcs / dsts order);
+    ``seq`` orders it after the step's sends (SWITCH_SEQ + its index)."""
+
+    step: int
+    seq: int
+    chunk: int
+    count: int
+    srcs: tuple[int, ...]
+    dsts: tuple[int, ...]
+    reads: tuple[tuple[int, Loc], ...]
+    writes: tuple[tuple[int, Loc], ...]
+    switch: str
+    fused: bool = False
+
+    def read_at(self, rank: int) -> Loc | None:
+        return dict(self.reads).get(rank)
+
+    def write_at(self, rank: int) -> Loc | None:
+        return dict(self.writes).get(rank)
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,15 @@ def _nxt(loc: Loc | None) -> Loc | None:
     return None if loc is None else (loc[0], loc[1] + 1)
 
 
+def _follows(run: list, item: tuple) -> bool:
+    """Whether a switch move continues a run: same ranks and fusion, the next chunk, and on
+    every rank the next place (below MAX_COUNT chunks)."""
+    (m, reads, writes), (n, next_reads, next_writes) = run[-1], item
+    if len(run) >= MAX_COUNT or (n.srcs, n.dsts, n.fused, n.chunk) != (m.srcs, m.dsts, m.fused, m.chunk + 1):
+        return False
+    return all(b == (a[0], _nxt(a[1])) for a, b in zip(reads + writes, next_reads + next_writes))
+
+
 class Planner:
     """Walks the steps, placing every received value; yields transfers and final copies."""
 
@@ -59,10 +93,16 @@ class Planner:
         self.schedule, self.layout, self.cfg, self.policy = schedule, layout, cfg, policy
         self.topo = schedule.topology
         self.events: dict[tuple[int, int], list[tuple[int, int, str]]] = defaultdict(list)
+        self.moves = switch_moves(schedule)
         for t, step in enumerate(schedule.steps):
             for s in step.sends:
                 self.events[(s.src, s.chunk)].append((t, 0, "read"))
                 self.events[(s.dst, s.chunk)].append((t, 1, s.op))
+            for m in self.moves[t]:
+                for r in m.srcs:
+                    self.events[(r, m.chunk)].append((t, 0, "read"))
+                for r in m.dsts:
+                    self.events[(r, m.chunk)].append((t, 1, "copy"))  # replaces: the old value is dead
         for items in self.events.values():
             items.sort()
         self.loc: dict[tuple[int, int], Loc] = dict(layout.inputs)
@@ -73,6 +113,7 @@ class Planner:
             self.occupant[(r, where)] = c
         self.scratch = [0] * schedule.collective.ranks
         self.transfers: list[Transfer] = []
+        self.switches: list[SwitchTransfer] = []
         self.copies: list[FinalCopy] = []
 
     def last_use(self, rank: int, chunk: int, step: int) -> int:
@@ -92,7 +133,7 @@ class Planner:
 
     def run(self) -> "Planner":
         for t, step in enumerate(self.schedule.steps):
-            self._step(t, step.sends)
+            self._step(t, step.sends, self.moves[t])
         self._final_copies()
         return self
 
@@ -102,7 +143,7 @@ class Planner:
         until = self.busy.get((rank, where), -1)
         return (rank, where) not in claimed and (until <= 2 * step if same_step else until < 2 * step)
 
-    def _step(self, t: int, sends) -> None:
+    def _step(self, t: int, sends, moves: list[SwitchMove] = ()) -> None:
         reads = {s: self.loc[(s.src, s.chunk)] for s in sends}
         buckets: dict[tuple[int, int], list] = defaultdict(list)
         for s in sends:
@@ -127,10 +168,32 @@ class Planner:
                     prev = target
                 merged.extend((channel, run) for run in self._merge(items))
             self._emit(t, src, dst, merged)
+        self._switch_step(t, moves, claimed, targets)
         for (rank, chunk), target in targets.items():
             self.loc[(rank, chunk)] = target
             self.busy[(rank, target)] = self.last_use(rank, chunk, t)
             self.occupant[(rank, target)] = chunk
+
+    def _switch_step(self, t: int, moves: list[SwitchMove], claimed: set, targets: dict) -> None:
+        """Place the step's switch operations: each src reads where its value lives at the
+        step's start, each dst's result lands as a receive's would (``_target``); consecutive
+        chunks with the same ranks and consecutive places on every rank merge."""
+        runs: list[list] = []
+        for m in sorted(moves, key=lambda m: (m.srcs, m.dsts, m.chunk)):
+            reads = tuple((r, self.loc[(r, m.chunk)]) for r in m.srcs)
+            writes = []
+            for r in m.dsts:
+                targets[(r, m.chunk)] = self._target(t, r, m.chunk, None, 1, claimed)
+                writes.append((r, targets[(r, m.chunk)]))
+            item = (m, reads, tuple(writes))
+            if runs and _follows(runs[-1], item):
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        for run in runs:
+            m, reads, writes = run[0]
+            self.switches.append(SwitchTransfer(t, SWITCH_SEQ + len(self.switches), m.chunk, len(run), m.srcs,
+                                                m.dsts, reads, writes, m.switch, m.fused))
 
     def _split(self, t: int, src: int, dst: int, sends: list) -> list[tuple[int, list]]:
         if self.cfg.spread > 1:

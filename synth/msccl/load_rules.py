@@ -67,6 +67,9 @@ def check_profile(parsed: ParsedXml, profile: Profile) -> list[Problem]:
 def check_program(program: Program, profile: Profile) -> list[Problem]:
     """The load rules that apply to a Program IR (no text, so no lexical or attribute rules)."""
     problems = []
+    if program.switch_ops:
+        problems.append(Problem("switch-op", f"{program.switch_ops} switch ops (glre/gstore/glres): MSCCL has no "
+                                "switch operation (its runtimes run point-to-point sends only)", "rejects"))
     if program.collective not in profile.coll_names:
         problems.append(Problem("collective", f"{profile.name} has no {program.collective!r} collective", "rejects"))
     if program.protocol not in PROTOCOLS:
@@ -321,8 +324,8 @@ def _tb_rules(prog, g, index, tb, line_of, skip, peers, ids) -> list[Problem]:
             peers[("recv", tb.channel)] += 1
     sizes = {b: g.buffer_chunks(b) for b in BUFFERS}
     for pos, op in enumerate(tb.ops):
-        if op.type == "nop" and op.src_buf in sizes and op.dst_buf in sizes:
-            continue
+        if op.type == "nop" and op.src_buf in sizes and op.dst_buf in sizes or op.switches and op.switch_id >= 0:
+            continue  # a Program's switch op: said once for the whole program (check_program)
         if (g.rank, tb.id, pos) not in skip:
             found = _step_rules(g, tb, op, sizes)
             if found:

@@ -16,6 +16,13 @@ port channels across machines, one per neighbour.
 - **LL.** A sender writes packets (``ppkt``) into a slot of the receiver's scratch used once per
   execution, and the receiver unpacks them (``upkt``) or adds them to its operand (``repkt``). It
   polls their flags, so no signals are needed. Scratch is double-buffered across executions.
+- **Switch entries** (Simple only; synth.mscclpp.switches): switch channels, and ``glres`` /
+  ``gstore`` run by one rank of each group after the step's signal/wait, so they read what every
+  member holds at the step's start; then every rank signals and waits again (the members are
+  neighbours) before the landed chunks are placed, so the next step sees what the switch wrote,
+  as the reference NVLS plans do. A step with switch ops only skips the first signal/wait when
+  nothing was written since the last one. A put into a place a switch op reads that step lands in
+  scratch instead.
 
 The replay (``synth.mscclpp.replay``) checks every plan this writes: ``tests/mscclpp`` replays the
 plans of every shared example and library schedule.
@@ -37,6 +44,7 @@ from synth.core.errors import InputError
 from synth.core.schedule import Schedule
 from synth.lower.layout import buffer_layout
 from synth.lower.plan import PlanConfig, Planner, Transfer
+from synth.mscclpp.switches import SwitchPlan
 
 PROTOCOLS = ("Simple", "LL")
 VERSIONS = ("0.8", "0.9", "0.10")
@@ -80,6 +88,8 @@ def lower_plan(schedule: Schedule, options: PlanOptions = PlanOptions()) -> dict
                          "which MSCCL++ keeps in 32 bits")
     name = options.name or f"synth_{coll.name}_{schedule.topology.name}_{len(schedule.steps)}s"
     rooted = {} if coll.root is None else {"root": coll.root}  # for readers: the executor reads no root
+    if writer.switch is not None:  # for readers too: what switch channels need (the executor reads no such key)
+        rooted["requires"] = writer.switch.requires()
     return {
         "name": name, "collective": COLLECTIVES[coll.name], **rooted, "protocol": options.protocol,
         "inplace": options.inplace, "reuse_resources": False, "num_threads_per_block": 1024,
@@ -131,6 +141,15 @@ class _Writer:
         for t in planner.transfers:
             self.neighbours[t.src].add(t.dst)
             self.neighbours[t.dst].add(t.src)
+        self.switch = None
+        self.switch_reads: dict[int, set] = defaultdict(set)  # step -> (rank, buffer, index) a switch op reads
+        if planner.switches:
+            self.switch = SwitchPlan(schedule, planner.switches, options.version, options.protocol)
+            for rank, others in self.switch.members.items():
+                self.neighbours[rank].update(others)
+            for sw in planner.switches:
+                self.switch_reads[sw.step].update((r, loc[0], loc[1] + i) for r, loc in sw.reads
+                                                  for i in range(sw.count))
         self.landing = self._landing_slots()
 
     # ---------------------------------------------------------------- scratch
@@ -169,7 +188,9 @@ class _Writer:
         if t.kind != "r":
             return True
         read = {(u.send[0], u.send[1] + i) for u in self.by_step[t.step] if u.src == t.dst for i in range(u.count)}
-        return any((t.target[0], t.target[1] + i) in read for i in range(t.count))
+        switched = self.switch_reads.get(t.step, set())
+        return any((t.target[0], t.target[1] + i) in read or (t.dst, t.target[0], t.target[1] + i) in switched
+                   for i in range(t.count))
 
     # ---------------------------------------------------------------- one rank
     def gpu(self, rank: int) -> dict:
@@ -183,6 +204,8 @@ class _Writer:
                                  f"holds at most {MAX_CHANNELS} channels of a type")
         channels = ([{"channel_type": "memory", "connected_to": memory}] if memory else []) + \
                    ([{"channel_type": "port", "connected_to": port}] if port else [])
+        self.switch_channels = len(self.switch.channel_keys(rank)) if self.switch else 0
+        channels += self.switch.channels(rank) if self.switch else []
         self.channel_index = {p: (kinds[p], (memory if kinds[p] == "memory" else port).index(p)) for p in peers}
         self.remote: list[dict] = []
         self.remote_index: dict[tuple[int, str], int] = {}
@@ -206,7 +229,7 @@ class _Writer:
     def _program(self, rank: int, peers: list[int]) -> list[list[dict]]:
         """The rank's ops, in pieces that must stay in one block (a step's ops, the final copies)."""
         pieces = [[*self._sync(peers, relaxed=True), {"name": "nop"}]] if peers and not self.ll else []
-        for step in sorted(self.by_step):
+        for step in sorted(set(self.by_step) | (self.switch.steps if self.switch else set())):
             pieces.append(self._step(rank, step, peers))
         finals = [self._copy(c.src, c.dst, c.count) for c in self.copies if c.rank == rank]
         if finals:
@@ -224,9 +247,22 @@ class _Writer:
             return out + ([{"name": "nop"}] if incoming else [])
         if not out and not incoming and not peers:
             return []
-        out += [{"name": "nop"}, *self._sync(peers, relaxed=False), {"name": "nop"}] if peers else []
+        if peers and self._synced_before(step):
+            out += [{"name": "nop"}, *self._sync(peers, relaxed=False), {"name": "nop"}]
+        if peers and self.switch is not None and step in self.switch.steps:
+            out += [*self.switch.step_ops(rank, step), {"name": "nop"}, *self._sync(peers, relaxed=False),
+                    {"name": "nop"}]
         finish = [self._land(t) for t in incoming if t in self.landing]
         return out + (finish + [{"name": "nop"}] if finish else [])
+
+    def _synced_before(self, step: int) -> bool:
+        """Whether a step needs its signal/wait after the puts: always, unless it only has switch
+        ops and nothing was written since the last signal/wait (the step before placed nothing
+        landed; the very first step has the initial one)."""
+        if self.switch is None or step not in self.switch.steps or self.by_step.get(step):
+            return True
+        before = [s for s in set(self.by_step) | self.switch.steps if s < step]
+        return bool(before) and any(t in self.landing for t in self.by_step.get(max(before), []))
 
     # ---------------------------------------------------------------- ops
     def _send(self, t: Transfer) -> dict:
@@ -316,6 +352,8 @@ class _Writer:
         if any(len(ids) > MAX_CHANNELS for ids in refs.values()):
             raise InputError(f"a thread block would reach more than {MAX_CHANNELS} remote buffers of one access type")
         channels = ([{"channel_type": "memory", "channel_ids": list(range(len(memory)))}] if memory else []) + \
-                   ([{"channel_type": "port", "channel_ids": list(range(len(port)))}] if port else [])
+                   ([{"channel_type": "port", "channel_ids": list(range(len(port)))}] if port else []) + \
+                   ([{"channel_type": "switch", "channel_ids": list(range(self.switch_channels))}]
+                    if self.switch_channels else [])
         remote = [{"access_channel_type": kind, "remote_buffer_ids": ids} for kind, ids in refs.items() if ids]
         return {"id": k, "channels": channels, "remote_buffer_refs": remote, "ops": ops}

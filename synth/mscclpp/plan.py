@@ -144,6 +144,8 @@ class Plan:
     schema: str = "current"
     notes: tuple[str, ...] = field(default=())
     root: int | None = None  # a rooted collective's root, where the file says it (the executor reads none)
+    requires: dict | None = None  # what the plan says it needs (synth writes it for switch channels; not read
+    # by the executor): {"mscclpp": "0.10", "sm": 90, "nvls": true, ...}
 
     @property
     def ranks(self) -> int:
@@ -212,7 +214,8 @@ class _Reader:
                     min_size=self.get(doc, "min_message_size", int, "", 0, required=False),
                     max_size=self.get(doc, "max_message_size", int, "", 2**64 - 1, required=False),
                     threads=self.get(doc, "num_threads_per_block", int, "", 1024, required=False),
-                    root=self.get(doc, "root", int, "", None, required=False))
+                    root=self.get(doc, "root", int, "", None, required=False),
+                    requires=self.get(doc, "requires", dict, "", None, required=False))
 
     def gpu(self, g: Any, path: str) -> Gpu:
         if not isinstance(g, dict):
@@ -368,7 +371,10 @@ def summary(plan: Plan) -> str:
         return f"MSCCL++ execution plan, legacy schema (mscclpp 0.5-0.7): {plan.collective} on {plan.ranks} ranks"
     blocks = max((len(g.blocks) for g in plan.gpus), default=0)
     ops = max((sum(1 + len(o.body) for o in b.ops) for g in plan.gpus for b in g.blocks), default=0)
-    return (f"MSCCL++ execution plan (mscclpp >= 0.8): {plan.collective or '?'} on {plan.ranks} ranks, "
+    needs = plan.requires if isinstance(plan.requires, dict) else {}
+    release = needs.get("mscclpp") if isinstance(needs.get("mscclpp"), str) else "0.8"
+    gpu = f", sm_{needs['sm']}+ with NVLS" if needs.get("nvls") and isinstance(needs.get("sm"), int) else ""
+    return (f"MSCCL++ execution plan (mscclpp >= {release}{gpu}): {plan.collective or '?'} on {plan.ranks} ranks, "
             f"{plan.protocol}, {'in place' if plan.inplace else 'out of place'}, up to {blocks} thread blocks per "
             f"rank and {ops} ops per block")
 

@@ -1,5 +1,6 @@
 """What the MSCCL++ executor needs to load and run a plan (shared/reference/mscclpp-format.md,
-section 17, rules R2 and R5-R19), each problem at its JSON path.
+section 17, rules R2 and R5-R19), each problem at its JSON path; switch channels and the plan's
+``requires`` in synth.mscclpp.switch_rules.
 
 The executor itself checks little (section 13): most of these, broken, corrupt memory, hang or
 compute garbage on the GPU. ``check_plan`` applies them to a plan ``plan.read_plan`` read.
@@ -18,6 +19,7 @@ gpus[0].threadblocks[0].ops[0].dst_buff[0]: chunks 2..2 of i, which has 2 chunks
 from __future__ import annotations
 
 from synth.mscclpp.plan import Block, Gpu, Op, Plan, Problem, Ref
+from synth.mscclpp.switch_rules import switch_rules
 
 MAX_OPS = 64  # per thread block, pipeline bodies counted
 MAX_CHANNELS_PER_BLOCK = 16  # per type, and remote buffers per access type
@@ -42,7 +44,7 @@ def check_plan(plan: Plan) -> list[Problem]:
     out = _top(plan)
     for r, gpu in enumerate(plan.gpus):
         out += _gpu(plan, gpu, r)
-    return out
+    return out + switch_rules(plan)
 
 
 def _top(plan: Plan) -> list[Problem]:

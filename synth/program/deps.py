@@ -10,7 +10,9 @@ Shared by the load rules (synth.msccl.load_rules) and the data-level replay (syn
   monotonic: the first publishing transfer at a position >= K);
 - ``connections(program)``: the ordered sends and receives of every (sender, receiver, channel);
 - ``structure_problems(program)``: FIFO ownership, unmatched or mismatched send/receive
-  sequences, and waits that can never be met (happens-before cycles = deadlock).
+  sequences, switch ops whose participants disagree (synth.program.switches), and waits that can
+  never be met (happens-before cycles = deadlock; a switch op is a rendezvous: what follows it on
+  any participant waits for every participant to reach it).
 
 >>> from synth.program.ir import Op, Threadblock
 >>> tb = Threadblock(0, -1, -1, 0, (Op("nop", "i", -1, "o", -1, 0, 1, 2), Op("cpy", "i", 0, "o", 0, 1, 2, 0, True)))
@@ -226,6 +228,7 @@ def wait_problems(program: Program, conns, owners_ok) -> list[Problem]:
             s = sends[k]
             succ[of_op[(s[0], s[1], s[2])]].append(dst)
             preds[dst] += 1
+    _rendezvous(program, of_op, preds, succ)
     ready = [n for n, p in enumerate(preds) if p == 0]
     done = 0
     while ready:
@@ -235,8 +238,8 @@ def wait_problems(program: Program, conns, owners_ok) -> list[Problem]:
             preds[nxt] -= 1
             if preds[nxt] == 0:
                 ready.append(nxt)
-    if done < len(labels):
-        stuck = [labels[n] for n, p in enumerate(preds) if p > 0]
+    if done < len(preds):
+        stuck = [labels[n] for n, p in enumerate(preds[:len(labels)]) if p > 0]
         first = {}
         for rank, tb, pos, _ in stuck:
             first.setdefault((rank, tb), pos)
@@ -244,6 +247,22 @@ def wait_problems(program: Program, conns, owners_ok) -> list[Problem]:
         problems.append(Problem("deadlock", f"{len(first)} thread block(s) can never finish (cyclic or unmet waits), "
                                 f"e.g. {shown}", rank=stuck[0][0], tb=stuck[0][1], step=stuck[0][2]))
     return problems
+
+
+def _rendezvous(program: Program, of_op: dict, preds: list[int], succ: list[list[int]]) -> None:
+    """Make every switch op a rendezvous in the graph: a new node after every participant's op,
+    taking over their successors (an op missing on a participant: a wait never met)."""
+    from synth.program.switches import switch_groups
+
+    for group in switch_groups(program)[0].values():
+        meet = len(preds)
+        preds.append(0 if group.complete else 1)
+        succ.append([])
+        for rank, (index, pos) in group.members.items():
+            node = of_op[(rank, index, pos)]
+            succ[meet] += succ[node]
+            succ[node] = [meet]
+            preds[meet] += 1
 
 
 def structure_problems(program: Program) -> list[Problem]:
@@ -272,6 +291,9 @@ def _structure(program: Program) -> list[Problem]:
         src, dst, chan = key
         return owners[(src, dst, chan, "s")] <= 1 and owners[(src, dst, chan, "r")] <= 1
 
+    from synth.program.switches import switch_groups
+
     conns = connections(program)
     single = {k: v for k, v in conns.items() if owners_ok(k)}
-    return shared + sequence_problems(program, single) + wait_problems(program, conns, owners_ok)
+    switches = switch_groups(program)[1]
+    return shared + sequence_problems(program, single) + switches + wait_problems(program, conns, owners_ok)

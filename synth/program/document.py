@@ -1,4 +1,9 @@
-"""``synth.program`` v1: the Program IR as JSON, validated against synth/schemas/program.schema.json.
+"""``synth.program``: the Program IR as JSON, validated against synth/schemas/program.schema.json.
+
+Version 1 is MSCCL's model; version 2 adds switch ops (``glre``, ``gstore``, ``glres`` with
+``switch_id``, ``srcs`` and ``dsts``; synth.program.ir). A program without switch ops is written
+as version 1, exactly as before; one with them as version 2, which a version 1 reader refuses in
+one line instead of misreading.
 
 One op per line keeps files diffable. Reading validates the document with the shipped JSON
 Schema first, so any structural problem is one InputError line naming the JSON path.
@@ -25,16 +30,19 @@ import jsonschema
 from jsonschema.exceptions import best_match
 
 from synth.core.errors import InputError
-from synth.program.ir import Op, Program, RankProgram, Threadblock
+from synth.program.ir import SWITCH_TYPES, Op, Program, RankProgram, Threadblock
 
 PROGRAM_FORMAT = "synth.program"
-PROGRAM_VERSION = 1
+PROGRAM_VERSION = 1  # written when the program has no switch op
+PROGRAM_SWITCH_VERSION = 2  # switch ops
+PROGRAM_VERSIONS = (PROGRAM_VERSION, PROGRAM_SWITCH_VERSION)
 _OP_FIELDS = ("type", "src_buf", "src_off", "dst_buf", "dst_off", "count")
+_SWITCH_FIELDS = ("switch_id", "srcs", "dsts")
 
 
 @lru_cache(maxsize=1)
 def program_schema() -> dict[str, Any]:
-    """The JSON Schema of synth.program v1 (shipped as synth/schemas/program.schema.json)."""
+    """The JSON Schema of synth.program (shipped as synth/schemas/program.schema.json)."""
     text = resources.files("synth").joinpath("schemas", "program.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
 
@@ -49,11 +57,11 @@ def _validator() -> jsonschema.protocols.Validator:
 
 
 def validate_program_doc(doc: Any, where: str = "program") -> None:
-    """InputError (one line, with the JSON path) unless ``doc`` is a valid synth.program v1 document."""
+    """InputError (one line, with the JSON path) unless ``doc`` is a valid synth.program document."""
     if (isinstance(doc, dict) and doc.get("format") == PROGRAM_FORMAT and "version" in doc
-            and (type(doc["version"]) is not int or doc["version"] != PROGRAM_VERSION)):
+            and (type(doc["version"]) is not int or doc["version"] not in PROGRAM_VERSIONS)):
         raise InputError(f"{where}: unsupported {PROGRAM_FORMAT} version {doc.get('version')!r} "
-                         f"(this synth reads version {PROGRAM_VERSION})")
+                         f"(this synth reads versions {PROGRAM_VERSION} and {PROGRAM_SWITCH_VERSION})")
     try:
         error = best_match(_validator().iter_errors(doc))
     except RecursionError:
@@ -90,13 +98,16 @@ def _op_dict(op: Op) -> dict[str, Any]:
         out["dep_tb"], out["dep_op"] = op.dep_tb, op.dep_op
     if op.has_dep:
         out["has_dep"] = True
+    if op.switches:
+        out.update(switch_id=op.switch_id, srcs=list(op.srcs), dsts=list(op.dsts))
     return out
 
 
 def program_to_dict(program: Program) -> dict[str, Any]:
-    """The synth.program v1 document of ``program``."""
+    """The synth.program document of ``program`` (version 2 when it has switch ops, else 1)."""
+    version = PROGRAM_SWITCH_VERSION if program.switch_ops else PROGRAM_VERSION
     return {
-        "format": PROGRAM_FORMAT, "version": PROGRAM_VERSION, "name": program.name,
+        "format": PROGRAM_FORMAT, "version": version, "name": program.name,
         "collective": program.collective, "ranks": program.ranks, "protocol": program.protocol,
         "chunks_per_loop": program.chunks_per_loop, "inplace": program.inplace,
         "outofplace": program.outofplace, "channels": program.channels,
@@ -109,8 +120,25 @@ def program_to_dict(program: Program) -> dict[str, Any]:
     }
 
 
+def _op(op: dict, version: int, where: str) -> Op:
+    """One op of a validated document: switch fields exactly on switch ops (version 2 only)."""
+    switching = op["type"] in SWITCH_TYPES
+    present = [key for key in _SWITCH_FIELDS if key in op]
+    if switching and version < PROGRAM_SWITCH_VERSION:
+        raise InputError(f"{where}: type: a switch op ({op['type']}) needs {PROGRAM_FORMAT} version "
+                         f"{PROGRAM_SWITCH_VERSION}, the file says version {version}")
+    if switching and len(present) < len(_SWITCH_FIELDS):
+        missing = next(key for key in _SWITCH_FIELDS if key not in op)
+        raise InputError(f"{where}: missing key {missing!r} (a switch op names its switch_id, srcs and dsts)")
+    if not switching and present:
+        raise InputError(f"{where}: {present[0]!r} belongs to switch ops ({', '.join(SWITCH_TYPES)}), not {op['type']}")
+    extra = (op["switch_id"], tuple(op["srcs"]), tuple(op["dsts"])) if switching else ()
+    return Op(*(op[name] for name in _OP_FIELDS), op.get("dep_tb", -1), op.get("dep_op", -1),
+              op.get("has_dep", False), *extra)
+
+
 def program_from_dict(doc: Any, where: str = "program") -> Program:
-    """The Program of a synth.program v1 document; InputError (one line) when it is malformed."""
+    """The Program of a synth.program document; InputError (one line) when it is malformed."""
     validate_program_doc(doc, where)
     gpus = []
     for index, g in enumerate(doc["gpus"]):
@@ -118,9 +146,9 @@ def program_from_dict(doc: Any, where: str = "program") -> Program:
             raise InputError(f"{where}: gpus[{index}].rank: must be {index} (ranks in order), got {g['rank']}")
         tbs = tuple(
             Threadblock(tb["id"], tb["send"], tb["recv"], tb["channel"],
-                        tuple(Op(*(op[name] for name in _OP_FIELDS), op.get("dep_tb", -1), op.get("dep_op", -1),
-                                 op.get("has_dep", False)) for op in tb["ops"]))
-            for tb in g["threadblocks"])
+                        tuple(_op(op, doc["version"], f"{where}: gpus[{index}].threadblocks[{t}].ops[{k}]")
+                              for k, op in enumerate(tb["ops"])))
+            for t, tb in enumerate(g["threadblocks"]))
         gpus.append(RankProgram(g["rank"], g["input_chunks"], g["output_chunks"], g["scratch_chunks"], tbs))
     if len(gpus) != doc["ranks"]:
         raise InputError(f"{where}: gpus: {len(gpus)} rank programs for {doc['ranks']} ranks")

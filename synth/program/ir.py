@@ -18,6 +18,16 @@ Op types (MSCCL spelling): ``s`` send, ``r`` recv, ``rcs`` recv-copy-send, ``rrs
 recv-reduce-send, ``rrc`` recv-reduce-copy, ``rrcs`` recv-reduce-copy-send, ``cpy`` local copy,
 ``re`` local reduce, ``nop``. For receive-with-reduce ops the local operand is ``src``.
 
+Switch ops (``SWITCH_TYPES``, MSCCL++'s names; DESIGN.md, "In-network reduction and multicast")
+move data through a switch that computes: ``glre`` (several ``srcs`` summed, written at one dst),
+``gstore`` (one src written at every dst: a multicast) and ``glres`` (several srcs summed, written
+at every dst: both in one pass, what NVLS does). One switch op is one op on every *participant*
+(every rank in ``srcs`` or ``dsts``), all with the same ``switch_id``, type, ``srcs``, ``dsts``
+and ``count``; on each, ``src_buf``/``src_off`` is where that rank's contribution is read (-1 when
+it is no src) and ``dst_buf``/``dst_off`` where the result lands (-1 when it is no dst). The op
+runs once every participant has reached it (a rendezvous): it reads every src, sums, and replaces
+every dst's chunks. Thread blocks reach it through their own order and dependencies as usual.
+
 >>> op = Op("s", "i", 0, "o", 0, 1)
 >>> tb = Threadblock(0, send=1, recv=-1, channel=0, ops=(op,))
 >>> tb.ops[0].sends, tb.ops[0].receives
@@ -27,10 +37,12 @@ recv-reduce-send, ``rrc`` recv-reduce-copy, ``rrcs`` recv-reduce-copy-send, ``cp
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 BUFFERS = ("i", "o", "s")
-OP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
+OP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")  # MSCCL's step types
+SWITCH_TYPES = ("glre", "gstore", "glres")  # switch ops: reduce, multicast, reduce-multicast
 SENDING = frozenset({"s", "rcs", "rrs", "rrcs"})
 RECEIVING = frozenset({"r", "rcs", "rrs", "rrc", "rrcs"})
 REDUCING = frozenset({"rrs", "rrc", "rrcs", "re"})
@@ -55,8 +67,20 @@ def msccl_protocol(name: object) -> str | None:
 OP_NAMES = {
     "s": "send", "r": "recv", "rcs": "recv-copy-send", "rrs": "recv-reduce-send",
     "rrc": "recv-reduce-copy", "rrcs": "recv-reduce-copy-send", "cpy": "copy", "re": "reduce",
-    "nop": "nop",
+    "nop": "nop", "glre": "switch-reduce", "gstore": "switch-multicast", "glres": "switch-reduce-multicast",
 }
+
+
+def switch_type(srcs: int, dsts: int) -> str:
+    """The switch op that reads ``srcs`` ranks and writes ``dsts``: one src is a multicast
+    (``gstore``), several srcs and one dst a reduce (``glre``), several of both ``glres``.
+
+    >>> switch_type(1, 4), switch_type(4, 1), switch_type(4, 4)
+    ('gstore', 'glre', 'glres')
+    """
+    if srcs <= 1:
+        return "gstore"
+    return "glre" if dsts <= 1 else "glres"
 
 
 @dataclass(frozen=True)
@@ -72,6 +96,27 @@ class Op:
     dep_tb: int = -1
     dep_op: int = -1
     has_dep: bool = False
+    switch_id: int = -1  # switch ops: which one (the same on every participant)
+    srcs: tuple[int, ...] = ()  # switch ops: the ranks whose chunks are read (summed)
+    dsts: tuple[int, ...] = ()  # switch ops: the ranks whose chunks are replaced
+
+    def __post_init__(self) -> None:
+        if type(self.srcs) is not tuple or type(self.dsts) is not tuple:
+            object.__setattr__(self, "srcs", tuple(self.srcs))
+            object.__setattr__(self, "dsts", tuple(self.dsts))
+
+    @property
+    def switches(self) -> bool:
+        """A switch op (``SWITCH_TYPES``)."""
+        return self.type in SWITCH_TYPES
+
+    @property
+    def root(self) -> int:
+        """A switch op's root: the rank that sums (its first dst), or the one src of a multicast
+        (who then writes every dst); -1 for other ops. What an emulation routes through."""
+        if self.type not in SWITCH_TYPES:
+            return -1
+        return self.srcs[0] if len(self.srcs) == 1 else self.dsts[0]
 
     @property
     def sends(self) -> bool:
@@ -141,6 +186,11 @@ class Program:
     @property
     def max_ops_per_threadblock(self) -> int:
         return max((len(tb.ops) for g in self.gpus for tb in g.threadblocks), default=0)
+
+    @cached_property
+    def switch_ops(self) -> int:
+        """How many switch ops the program runs (each counted once, not per participant)."""
+        return len({op.switch_id for g in self.gpus for tb in g.threadblocks for op in tb.ops if op.switches})
 
 
 def with_threadblock(program: Program, rank: int, index: int, **changes: Any) -> Program:

@@ -2,7 +2,8 @@
 
 Happens-before in an MSCCL program is static: program order within a block, a dependency wait
 after the transfer that releases it (the first publishing transfer at or past the awaited step),
-and the k-th receive on a connection after the k-th send. A replay executes one linearization of
+the k-th receive on a connection after the k-th send, and a switch op (a rendezvous of its
+participants, ``meet``) after everything each participant did before it. A replay executes one linearization of
 it; along the way every transfer gets a vector clock (per block: how many of its transfers happen
 before), and two accesses to one chunk of one rank from different blocks, at least one a write,
 race when neither clock covers the other. Any interleaving finds the same races.
@@ -39,6 +40,21 @@ class RaceDetector:
         if message is not None:
             np.maximum(now, message, out=now)
         now[b] = k + 1
+        self.now = now
+
+    def meet(self, parts: list[tuple[int, int, list[tuple[int, int]]]]) -> None:
+        """A rendezvous (a switch op): every participant block b at its transfer k, after the
+        transfers its waits release; the op is ordered after what any of them knew, and ``now``
+        (for the op's accesses and each participant's ``end``) is that joined clock."""
+        now = np.zeros_like(self.now)
+        for b, _, releases in parts:
+            np.maximum(now, self.clock[b], out=now)
+            for key in releases:
+                other = self.published.get(key)
+                if other is not None:
+                    np.maximum(now, other, out=now)
+        for b, k, _ in parts:
+            now[b] = k + 1
         self.now = now
 
     def end(self, b: int, k: int, publish: bool) -> np.ndarray:

@@ -7,7 +7,8 @@ a missing one, an unwritten scratch/output chunk or an out-of-bounds access is c
 location. The program runs under several interleavings (round-robin, run-to-block in both block
 orders, seeded random) because a race can pass one order, and the first run also tracks happens-
 before with vector clocks (synth.program.races), which finds unordered conflicting accesses
-whatever the order; a deadlock (nothing can run while some blocks are unfinished) ends a run. The
+whatever the order; a deadlock (nothing can run while some blocks are unfinished) ends a run. A
+switch op runs as a rendezvous of its participants (synth.program.meet). The
 final buffers are compared with the collective's postcondition, with in-place buffers aliased as
 MSCCL does (msccl-format.md section 3).
 
@@ -33,7 +34,9 @@ from synth.program.buffers import JUDGED, Bad, Layout, initial_buffers, postcond
 from synth.program.deps import Problem, release, shared_fifos, transfers
 from synth.program.ir import READS_SRC as READS
 from synth.program.ir import RECEIVING, SENDING, Program
+from synth.program.meet import Rendezvous
 from synth.program.races import RaceDetector
+from synth.program.switches import switch_groups
 
 MAX_OPS = 400_000  # chunk-ops of one replay; bigger programs are run once, then not judged
 MAX_CELLS = 20_000_000  # chunk-ops or buffer chunks beyond which a program is not replayed at all
@@ -53,9 +56,9 @@ class ReplayResult:
 
 
 # ---------------------------------------------------------------------- one run
-class _Run:
+class _Run(Rendezvous):
     """One interleaving. ``order``: "fifo" (round-robin), "depth" / "depth-reversed" (run a block
-    until it blocks) or "random" (seeded)."""
+    until it blocks) or "random" (seeded). Switch ops run as rendezvous (synth.program.meet)."""
 
     def __init__(self, program: Program, inplace: bool, order: str, seed: int, tag: str, races: bool = False):
         self.p, self.order, self.tag = program, order, tag
@@ -81,6 +84,7 @@ class _Run:
         self.halted: set[int] = set()
         self.races = RaceDetector(len(self.blocks)) if races else None
         self.current = (0, 0)  # (block, transfer) being executed
+        self.setup_switches(switch_groups(program)[0])
 
     def problem(self, code: str, message: str, rank=None, tb=None, step=None, key=None) -> None:
         if key is not None:
@@ -141,7 +145,24 @@ class _Run:
             target = self.ids[rank].get(dep_tb)
             if target is None or self.flag[target] < dep_step:
                 return f"waits for tb {dep_tb} step {dep_step}"
+        first = tb.ops[t.ops[0]]
+        if first.switches:
+            return self.waiting_for(first)
         return f"waits for data from rank {tb.recv} channel {tb.channel}"
+
+    def releases(self, b: int, t) -> list:
+        """(block, transfer) pairs whose publication the transfer's waits rely on."""
+        rank = self.blocks[b][0]
+        return [(self.ids[rank][dep_tb], release(self.blocks[self.ids[rank][dep_tb]][3], dep_step))
+                for dep_tb, dep_step in t.waits]
+
+    def advance(self, b: int, t) -> list[int]:
+        """Block b finished transfer t: its next, and the blocks waiting on its flag."""
+        self.next[b] += 1
+        if t.has_dep:
+            self.flag[b] = t.step
+            return self.waiting_flag.pop(b, [])
+        return []
 
     def step(self, b: int):
         """Run block b's next transfer; None if it must wait, else the blocks it wakes."""
@@ -156,6 +177,8 @@ class _Run:
                 self.waiting_flag.setdefault(target, []).append(b)
                 return None
         first = tb.ops[t.ops[0]]
+        if first.switches:
+            return self.arrive(b, self.next[b], first)
         conn = (tb.recv, rank, tb.channel)
         if first.type in RECEIVING and tb.recv >= 0:
             q = self.queues.get(conn)
@@ -166,23 +189,15 @@ class _Run:
         k = self.next[b]
         self.current = (b, k)
         if self.races is not None:
-            releases = []
-            for dep_tb, dep_step in t.waits:
-                target = self.ids[rank][dep_tb]
-                releases.append((target, release(self.blocks[target][3], dep_step)))
             message = self.queues[conn][0][2] if first.type in RECEIVING and tb.recv >= 0 else None
-            self.races.begin(b, k, releases, message)
+            self.races.begin(b, k, self.releases(b, t), message)
         for pos in t.ops:
             if not self.execute(b, rank, tb, pos, woken):
                 self.halted.add(b)
                 return woken
         if self.races is not None:
             self.races.end(b, k, t.has_dep)
-        self.next[b] += 1
-        if t.has_dep:
-            self.flag[b] = t.step
-            woken += self.waiting_flag.pop(b, [])
-        return woken
+        return woken + self.advance(b, t)
 
     # -- data
     def execute(self, b, rank, tb, pos, woken) -> bool:
@@ -283,7 +298,7 @@ class _Run:
 # ---------------------------------------------------------------------- driver
 def replay(program: Program, orders: int = 5, seed: int = 0) -> ReplayResult:
     """Replay ``program`` under ``orders`` interleavings per in-place mode and judge it."""
-    problems = list(shared_fifos(program))
+    problems = list(shared_fifos(program)) + switch_groups(program)[1]
     size = sum(max(op.count, 1) for g in program.gpus for tb in g.threadblocks for op in tb.ops)
     modes = [m for m, on in ((True, program.inplace), (False, program.outofplace)) if on] or [False]
     kinds = ["fifo", "depth", "depth-reversed"] + ["random"] * max(0, orders - 3)

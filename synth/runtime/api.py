@@ -228,6 +228,8 @@ class ScheduledCollective:
             if backend == "nccl" and group is not None:
                 raise ValueError("with CUDA tensors a ScheduledCollective runs on the default group only: it "
                                  "creates a communicator per channel and direction, which every rank must join")
+            if backend == "nccl" and self.runnable.program.switch_ops:
+                raise ValueError(f"{self.runnable.source}: switch ops run emulated on gloo (CPU tensors) only")
             transport = Transport(backend, self.runnable.program.channels, group)
             order = self.order[rank] if self.order is not None else None
             found = (RankExecutor(self.runnable.program, rank, layout, transport, op, order), layout)

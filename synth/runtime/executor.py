@@ -8,7 +8,8 @@ then runs its ops: a receive takes the next message of its connection (posted ah
 tensor, as a FIFO slot; synth.runtime.transport), a send posts a private copy of the data (the FIFO
 write), reductions are tensor operations, and ``cpy``/``re`` are local. Buffers are
 the Program's input, output and scratch buffers as flat tensors of ``chunk`` elements per chunk,
-with in-place views aliased as MSCCL aliases them (synth.program.buffers.Layout).
+with in-place views aliased as MSCCL aliases them (synth.program.buffers.Layout). A switch op
+runs emulated with messages through its root (synth.runtime.switch_ops).
 
 What goes wrong is recorded, never hung on: every wait has the call's deadline; a block that cannot
 go on says where it is (``rank r tb t step s (op): waits for ...``); the first read of a chunk
@@ -27,6 +28,7 @@ import torch
 
 from synth.program.deps import release, transfers
 from synth.program.ir import OP_NAMES, READS_SRC, RECEIVING, SENDING, WRITES_DST, Program
+from synth.runtime.switch_ops import run_switch
 from synth.runtime.transport import PeerFailure, Stuck, Transport
 
 REDUCERS = {
@@ -71,7 +73,7 @@ class RankExecutor:
         for i, tb in enumerate(self.blocks):
             self.index.setdefault(tb.id, i)
         written = {layout.view[op.dst_buf][0] for tb in self.blocks for op in tb.ops
-                   if op.type in WRITES_DST and op.dst_buf in layout.view}
+                   if (op.type in WRITES_DST or op.switches and op.dst_off >= 0) and op.dst_buf in layout.view}
         self.read_only = {name for name in layout.sizes if name not in written}
         self._threads: list[threading.Thread] = []
         self._go = threading.Condition()
@@ -89,6 +91,7 @@ class RankExecutor:
         self.finished = [False] * len(self.blocks)
         self.problems: list[str] = []
         self.failed: list[str] = []
+        self.switch_sent: list[list[tuple[int, int]]] = [[] for _ in self.blocks]
         if track:
             self.written = {name: bytearray(t.numel() // max(1, chunk)) for name, t in buffers.items()}
             name, base, size = self.layout.view["i"]
@@ -211,6 +214,9 @@ class RankExecutor:
             if tb.send >= 0:
                 self.where[b] = f"after its last step: waits for rank {tb.send} to take its messages"
                 self.transport.drain(tb.send, tb.channel, self.deadline)
+            for peer, channel in self.switch_sent[b]:
+                self.where[b] = f"after its last step: waits for rank {peer} to take its switch op messages"
+                self.transport.drain(peer, channel, self.deadline)
         except (Stuck, PeerFailure) as exc:
             self.where[b] = f"after its last step: {exc}"
             if isinstance(exc, PeerFailure):
@@ -258,6 +264,9 @@ class RankExecutor:
         where = f"tb {tb.id} step {pos} ({kind})"
         if kind not in OP_NAMES or kind == "nop":
             raise BlockFault(f"step type {kind!r} stops the thread block")
+        if op.switches:
+            self._switch(b, op, where)
+            return
         receives = kind in ("r", "rcs", "rrs", "rrc", "rrcs")
         sends = kind in SENDING
         if receives and tb.recv < 0 or sends and tb.send < 0:
@@ -285,6 +294,16 @@ class RankExecutor:
             dst.copy_(self.reduce(src, dst))
         if sends:
             self.transport.send(tb.send, tb.channel, payload, self.deadline)
+
+
+    def _switch(self, b: int, op, where: str) -> None:
+        """This rank's part of a switch op (synth.runtime.switch_ops: emulated through its root)."""
+        n = op.count
+        src = self._region(op.src_buf, op.src_off, n, where, True, False) if self.rank in op.srcs else None
+        dst = self._region(op.dst_buf, op.dst_off, n, where, False, True) if self.rank in op.dsts else None
+        if src is None and dst is None:
+            raise BlockFault(f"{where}: rank {self.rank} is neither a src nor a dst of switch op {op.switch_id}")
+        run_switch(op, self.rank, src, dst, self.transport, self.deadline, self.reduce, self.switch_sent[b])
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -31,7 +31,11 @@ from synth.program.ir import Program
 
 def global_order(program: Program) -> list[list[tuple[int, int]]] | None:
     """Per rank, its (thread block index, transfer index) pairs in a deadlock-free order; None if
-    the happens-before graph has a cycle or a wait no transfer ever releases."""
+    the happens-before graph has a cycle or a wait no transfer ever releases, and for a program
+    with switch ops (their emulation blocks a root on its srcs inside one transfer, which one
+    thread per rank cannot interleave; they run threaded)."""
+    if program.switch_ops:
+        return None
     folded = [[transfers(tb) for tb in g.threadblocks] for g in program.gpus]
     node: dict[tuple[int, int, int], int] = {}
     of_op: dict[tuple[int, int, int], int] = {}

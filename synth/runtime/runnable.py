@@ -286,11 +286,22 @@ def _root_of(program: Program, inplace: bool) -> int | None:
     for g in program.gpus:
         for tb in g.threadblocks:
             for op in tb.ops:
-                if reading and op.type in READS_SRC and op.src_buf == "i":
+                reads = op.type in READS_SRC or op.switches and op.src_off >= 0
+                writes = op.type in WRITES_DST or op.switches and op.dst_off >= 0
+                if reading and reads and op.src_buf == "i":
                     found.add(g.rank)
-                if not reading and op.type in WRITES_DST and op.dst_buf == "o" and not inplace:
+                if not reading and writes and op.dst_buf == "o" and not inplace:
                     found.add(g.rank)
     return found.pop() if len(found) == 1 else None
+
+
+def check_backend(runnable: Runnable, backend: str) -> None:
+    """InputError (one line) when ``backend`` cannot run the program: switch ops run emulated
+    (synth.runtime.switch_ops) on gloo only; on nccl they would need real multimem (NVLS)."""
+    if backend == "nccl" and runnable.program.switch_ops:
+        raise InputError(f"{runnable.source}: its {runnable.program.switch_ops} switch ops run emulated on gloo "
+                         "only (--backend nccl would need NVLS multimem, which synth run does not drive); use "
+                         "--backend gloo")
 
 
 # ---------------------------------------------------------------------- our own checker first

@@ -290,8 +290,8 @@ def test_program_json_errors_name_the_path(tmp_path):
     with pytest.raises(InputError, match=r"threadblocks\[0\]: unknown key 'colour'"):
         program_from_dict(doc)
     doc = program_to_dict(_small())
-    doc["version"] = 2
-    with pytest.raises(InputError, match="unsupported synth.program version 2"):
+    doc["version"] = 3
+    with pytest.raises(InputError, match="unsupported synth.program version 3"):
         program_from_dict(doc)
     path = tmp_path / "bad.json"
     path.write_text('{"format": "synth.program", "version": 1, "name": 3}')
