@@ -160,7 +160,8 @@ def _switch_bounds(topology: Topology, collective: Collective) -> Bounds:
     direct = replace(_direct_limit(view, collective, 0), links=0.0, method=note)
     proven = replace(_bounds(view, collective, steps, direct, None), topology=topology.name)
     if reducing(topology):
-        switches = ", ".join(s.name for s in topology.switches if s.reduce or s.reduce_multicast)
+        names = [s.name for s in topology.switches if s.reduce or s.reduce_multicast]
+        switches = ", ".join(names) if len(names) <= 3 else f"{names[0]} .. {names[-1]} ({len(names)} switches)"
         return replace(proven, binding=f"{proven.binding}; every rank sends and receives the buffer "
                                        f"(in-switch reduction: {switches})")
     composed = _best(_composition(view, collective, 0), direct)

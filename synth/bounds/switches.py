@@ -57,6 +57,11 @@ def port_view(topology: Topology) -> Topology:
                     if group is not None:
                         members.setdefault(group, []).append((src, dst))
     groups = tuple(_grown(g, members.get(g.name, ())) for g in topology.groups)
+    if topology.rounds_apply:  # the view's slowest link is not the machine's: keep its capacities
+        links = {key: link if link.capacity is not None else replace(link, capacity=topology.link_capacity(link))
+                 for key, link in links.items()}
+        groups = tuple(g if g.capacity is not None else replace(g, capacity=topology.group_capacity(g))
+                       for g in groups)
     return replace(topology, links=tuple(links.values()), groups=groups, switches=())
 
 

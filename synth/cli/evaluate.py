@@ -91,7 +91,25 @@ def cmd_bounds(args) -> int:
     if proven:
         print(f"  (the composition figure is what reports compare with; a schedule that reduces in"
               f" flight can beat it: the proven limit is {_proven_limit(proven)})")
+    if topo.switches:
+        _print_point_to_point(topo, coll, size, terms, doc)
     return 0
+
+
+def _print_point_to_point(topo, coll, size: int, terms, doc: dict) -> None:
+    """The same bounds with the machine's switches unused, and which of the two binds."""
+    from dataclasses import replace
+
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.bounds.runtime import runtime_bounds
+
+    plain = replace(topo, switches=())
+    p2p = (lower_bounds(plain, coll) if terms is None else runtime_bounds(plain, coll, terms)).to_dict(size)
+    gain = p2p["time_us"] / doc["time_us"] if doc["time_us"] else 1.0
+    verdict = ("the switches lift it" if gain > 1 + 1e-9 else
+               "the switches do not lift it (what a rank must send or receive binds either way)")
+    print(f"  point to point (switches unused): time >= {p2p['time_us']:.4g} us, busbw <= {p2p['busbw_gbps']:.4g} "
+          f"GB/s; {verdict}" + (f", {gain:.2f}x" if gain > 1 + 1e-9 else ""))
 
 
 

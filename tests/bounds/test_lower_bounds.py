@@ -373,3 +373,10 @@ def test_latency_floor_counts_the_nic_alpha_every_crossing_pays():
             continue
         for size in (1, 1024, 1 << 20):
             assert step_time_us(schedule, size) >= bounds.time_us(size) * (1 - 1e-9)
+
+
+def test_the_port_view_keeps_whole_capacities():
+    """h100's port view widens every link to 900 GB/s; rounds still apply at the machine's own
+    capacities (a GPU's group carries one chunk a round): allreduce needs 8 rounds per chunk."""
+    b = lower_bounds(resolve_topology("h100"), allreduce(8))
+    assert b.rounds_per_chunk == Fraction(8)
