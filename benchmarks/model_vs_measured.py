@@ -10,11 +10,19 @@ over the measured out-of-place time, per regime (one or two machines x < 64 KiB 
 - ``calibrated``: starting from those, a calibration fitted to the other runs of the same GPU
   kind (never the run being predicted); runs with no sibling keep the held-out defaults;
 - ``nccl model``: NCCL's own tuning model as synth implements it (``baselines/nccl_model.py``), its
-  tuner's pick, which has no launch cost.
+  tuner's pick among what the run allowed (NVLS and NVLSTree where the machine has NVLS; the
+  algorithm NCCL logged, where it did), which has no launch cost.
 
-Rows ``synth doctor`` flags as far slower than the machine should be (under the defaults) are
-left out of every figure and listed. ``--fit-defaults`` fits every parameter to all shared runs
-at once and prints the values (how DEFAULTS were set).
+Every run is costed with what it let NCCL do (its NCCL_ALGO / NCCL_NVLS_ENABLE settings and the
+per-call algorithm lines, ``synth.measure.nccl_env``), as ``synth doctor`` does.
+
+Rows ``synth doctor`` flags as far slower than the machine should be (under the defaults), and
+0-byte rows timed under 5 us (no call made), are left out of every figure and listed. The shared
+runs without a library machine (B200, B300, GB200, GB300, MI355X) are not costed. The H200 pair
+runs NCCL over RoCE with GPUDirect RDMA; its small sizes match the ib hop, not the roce one
+(76-101 us: RCCL's two-MI300X run, the only other RoCE run with small sizes), so it is costed as
+ib. ``--fit-defaults`` fits every parameter but ``HELD`` to all
+shared runs at once and prints the values (how DEFAULTS were set).
 
     python benchmarks/model_vs_measured.py [--logs DIR] [--fit-defaults] [--json]
 """
@@ -30,14 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synth.baselines.nccl import nccl_setup
-from synth.baselines.nccl_model import PROTOCOLS, applies, predicted_us
+from synth.baselines.nccl_model import PROTOCOLS, applies, predicted_us, with_nvls
 from synth.core.library import resolve_topology
 from synth.core.subset import parse_ranks, sub_topology
 from synth.measure import doctor
 from synth.measure.calibration import DEFAULTS, Calibration
-from synth.measure.fit import Measured, fit, model_us
+from synth.measure.fit import Measured, allowed_for, fit, model_us
 from synth.measure.logs import read_runs
-from synth.measure.runtime import Launch, describe
+from synth.measure.runtime import Launch, available, describe
 
 LOGS = Path(__file__).resolve().parents[2] / "shared" / "nccl-tests-logs"
 
@@ -72,9 +80,27 @@ SPECS = (
     Spec("mi300x-8gpu-allreduce-2.txt", 0, "mi300x", "MI300X"),
     Spec("mi300x-2node-16gpu-allreduce-1.txt", 0, "mi300xx2", "MI300X", transport="roce"),
     Spec("mi250-16gcd-allreduce-excerpt.txt", 0, "mi250", "MI250"),
+    Spec("h100-8gpu-allreduce-nvls-1.txt", 0, "h100", "H100"),
+    Spec("h100-8gpu-allreduce-ring-1.txt", 0, "h100", "H100"),
+    Spec("h100-8gpu-allgather-nvlsenabled-1.txt", 0, "h100", "H100"),
+    Spec("h100-2gpu-allreduce-nvls-forced-1.txt", 0, "h100", "H100", ranks="0-1"),
+    Spec("h100-2gpu-allreduce-ring-1.txt", 0, "h100", "H100", ranks="0-1"),
+    Spec("h100-4gpu-allreduce-nvls-forced-1.txt", 0, "h100", "H100", ranks="0-3"),
+    Spec("h100-4gpu-allreduce-ring-1.txt", 0, "h100", "H100", ranks="0-3"),
+    Spec("h100-4gpu-allreduce-auto-ring-1.txt", 0, "h100", "H100", ranks="0-3"),
+    Spec("h200-2node-16gpu-allreduce-roce-1.txt", 0, "h100x2", "H100"),  # RoCE, costed as ib (the module)
 )
+NO_CALL_US = 5.0
 MODELS = ("default", "held out", "calibrated", "nccl model")
 DEFAULTS_PRIOR = 0.05
+# Terms the shared runs cannot separate from others, held when the defaults are fitted: NVLS's
+# latency (NCCL's 25 us) trades against Simple's fill on the one run that lets NCCL pick NVLS at
+# mid sizes (the -g 8 launch floor hides it below 2 MiB), and a free fit drives it to ~1 us; the
+# channel terms trade against latency_scale and the launch floor (a free fit moves the LL
+# threshold off NCCL's 32 KiB, which makes the modelled time fall where the channel count steps).
+HELD = ("nvls_latency_us", "channel_gbps_ll", "channel_gbps_ll128", "channel_gbps_simple", "channel_bytes_ll",
+        "channel_bytes_ll128", "channel_bytes_simple", "max_channels")
+FITTED = tuple(name for name in DEFAULTS if name not in HELD)
 REGIMES = ("1 machine, < 64 KiB", "1 machine, 64 KiB - 64 MiB", "1 machine, >= 64 MiB",
            "2+ machines, < 64 MiB", "2+ machines, >= 64 MiB")
 
@@ -97,28 +123,38 @@ def load(spec: Spec, logs: Path) -> Measured:
         machine = dataclasses.replace(machine, nic_gbps=spec.nic_gbps)
     launch = Launch(run.launch, run.gpus_per_thread)
     rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
-    return Measured(f"{spec.file}#{spec.run}", run.collective or "allreduce", machine, launch, spec.transport, rows)
+    collective = run.collective or "allreduce"
+    allowed, chosen = allowed_for(run, collective, machine, where=spec.file)
+    return Measured(f"{spec.file}#{spec.run}", collective, machine, launch, spec.transport, rows, allowed, chosen)
 
 
 def healthy(run: Measured) -> tuple[Measured, list]:
-    """The run without the rows doctor flags (under the defaults), and those rows."""
+    """The run without the rows doctor flags (under the defaults) and without 0-byte rows that
+    took less than ``NO_CALL_US`` (nccl-tests >= 2.17 makes no call for 0 bytes), and those rows."""
     flagged = {row.size_bytes for row in doctor.unhealthy(doctor.rows(run, Calibration()))}
+    flagged |= {0 for size, took in run.rows if size == 0 and took < NO_CALL_US}
     kept = tuple(r for r in run.rows if int(r[0]) not in flagged)
-    return dataclasses.replace(run, rows=kept), sorted(flagged)
+    return dataclasses.replace(run, rows=kept), [int(r[0]) for r in run.rows if int(r[0]) in flagged]
 
 
 def nccl_setup_of(spec: Spec, run: Measured):
     """NCCL's tuning-model setup for this run: its ranks and machines, one channel of the
-    machine's ring (or NIC) bandwidth."""
+    machine's ring (or NIC) bandwidth, and NVLS's graph where the machine has NVLS."""
     setup, _ = nccl_setup(resolve_topology(spec.topology), run.collective, 1)
     gbps = run.machine.ring_gbps if run.machine.machines == 1 else min(run.machine.ring_gbps, run.machine.nic_gbps)
-    return dataclasses.replace(setup, ranks=run.machine.ranks, machines=run.machine.machines, channel_gbps=gbps)
+    setup = dataclasses.replace(setup, ranks=run.machine.ranks, machines=run.machine.machines, channel_gbps=gbps)
+    if run.machine.nvls_domains:
+        setup = with_nvls(setup, nic_gbps=run.machine.nic_gbps / run.machine.per_machine or None)
+    return setup
 
 
-def nccl_own(setup, size: float) -> float:
-    """NCCL's own tuning model's pick at this size (no launch cost)."""
-    return min(predicted_us(setup, algo, proto, size) for algo in ("ring", "tree") for proto in PROTOCOLS
-               if applies(setup, algo, proto))
+def nccl_own(setup, run: Measured, size: float) -> float:
+    """NCCL's own tuning model's pick at this size among what the run allowed (no launch cost)."""
+    allowed = run.allowed_at(size)
+    algorithms = [a for a in ("ring", "tree", "nvls", "nvls_tree")
+                  if a in available(run.machine, run.collective) and allowed.permits(a)]
+    return min(predicted_us(setup, algo, proto, size) for algo in algorithms for proto in PROTOCOLS
+               if applies(setup, algo, proto) and allowed.permits_protocol(proto))
 
 
 def evaluate(logs: Path) -> dict:
@@ -127,7 +163,7 @@ def evaluate(logs: Path) -> dict:
     points, per_run, flagged = [], [], []
     for spec, (run, dropped) in runs.items():
         others = [r for s, (r, _) in runs.items() if s != spec and r.rows]
-        held_out = fit(others, Calibration(), names=tuple(DEFAULTS), prior=DEFAULTS_PRIOR)
+        held_out = fit(others, Calibration(), names=FITTED, prior=DEFAULTS_PRIOR)
         siblings = [r for s, (r, _) in runs.items() if s.kind == spec.kind and s != spec and r.rows]
         cal = fit(siblings, held_out) if siblings else held_out
         flagged.extend({"run": run.source, "size_bytes": s} for s in dropped)
@@ -138,7 +174,7 @@ def evaluate(logs: Path) -> dict:
                      "default": model_us(run, size, Calibration()) / took,
                      "held out": model_us(run, size, held_out) / took,
                      "calibrated": model_us(run, size, cal) / took,
-                     "nccl model": nccl_own(setup, size) / took, "calibrated_from_siblings": bool(siblings)}
+                     "nccl model": nccl_own(setup, run, size) / took, "calibrated_from_siblings": bool(siblings)}
             points.append(point)
             for key in ratios:
                 ratios[key].append(point[key])
@@ -160,9 +196,9 @@ def _summary(ratios: list[float]) -> dict:
 
 
 def fit_defaults(logs: Path) -> Calibration:
-    """Every parameter fitted to every shared run at once (how DEFAULTS were set)."""
+    """Every parameter but ``HELD`` fitted to every shared run at once (how DEFAULTS were set)."""
     runs = [healthy(load(spec, logs))[0] for spec in SPECS]
-    return fit(runs, Calibration(), names=tuple(DEFAULTS), prior=DEFAULTS_PRIOR)
+    return fit(runs, Calibration(), names=FITTED, prior=DEFAULTS_PRIOR)
 
 
 def _cell(s: dict) -> str:
@@ -189,8 +225,8 @@ def print_tables(result: dict) -> None:
             by_run.setdefault(f["run"], []).append(f["size_bytes"])
         print()
         for run, sizes in by_run.items():
-            print(f"left out (doctor: far slower than the machine should be): {run}: "
-                  f"{len(sizes)} rows, {min(sizes)} .. {max(sizes)} bytes")
+            print(f"left out (doctor: far slower than the machine should be; 0-byte rows nccl-tests made no "
+                  f"call for): {run}: {len(sizes)} rows, {min(sizes)} .. {max(sizes)} bytes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fit_defaults:
         cal = fit_defaults(args.logs)
-        print(json.dumps({k: float(f"{v:.4g}") for k, v in cal.values().items()}, indent=1))
+        print(json.dumps({k: v if k in HELD else float(f"{v:.4g}") for k, v in cal.values().items()}, indent=1))
         return 0
     result = evaluate(args.logs)
     if args.json:

@@ -35,13 +35,21 @@ def _machine_options(p) -> None:
     p.add_argument("--topology", required=True, help="the machine the run was made on (library name, NAMExK, file)")
     p.add_argument("--ranks", help="the topology's ranks the run used, e.g. 0-11 (12 of a DGX-2's 16 GPUs)")
     p.add_argument("--transport", default="ib", choices=("ib", "roce", "tcp"), help=TRANSPORT_HELP)
+    p.add_argument("--nvls", choices=("on", "off"), help="NVLS (NVLink SHARP) on or off, whatever the log says "
+                                                         "(default: the log's NCCL_NVLS_ENABLE, else NCCL's default: "
+                                                         "on where the topology has an NVLS switch)")
+    p.add_argument("--collnet", choices=("on", "off"), help="CollNet (InfiniBand SHARP) on or off, whatever the log "
+                                                            "says (default: the log's NCCL_COLLNET_ENABLE, else on "
+                                                            "where the topology has a SHARP switch)")
+    p.add_argument("--nccl-algo", metavar="VALUE", help="NCCL_ALGO as the run had it, whatever the log says "
+                                                        "(e.g. Ring, ^NVLS, allreduce:tree;allgather:ring)")
 
 
 def measured_runs(paths: list[str], args) -> list:
     """Every run in the logs as a Measured on the topology; InputError when one does not fit it."""
     from synth.core.library import resolve_topology
     from synth.core.subset import parse_ranks, sub_topology
-    from synth.measure.fit import Measured
+    from synth.measure.fit import Measured, allowed_for
     from synth.measure.logs import read_runs
     from synth.measure.runtime import COLLECTIVES, Launch, describe
 
@@ -62,9 +70,23 @@ def measured_runs(paths: list[str], args) -> list:
                 raise InputError(f"{where} ran on {run.machines} machine(s), topology {topology.name} has "
                                  f"{machine.machines}")
             rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
-            out.append(Measured(f"{path}#{run.index}", run.collective or "allreduce", machine,
-                                Launch(run.launch, run.gpus_per_thread), args.transport, rows))
+            collective = run.collective or "allreduce"
+            allowed, chosen = allowed_for(run, collective, machine, overrides(args), where)
+            out.append(Measured(f"{path}#{run.index}", collective, machine,
+                                Launch(run.launch, run.gpus_per_thread), args.transport, rows, allowed, chosen))
     return out
+
+
+def overrides(args) -> dict:
+    """The NCCL settings the command line sets whatever a log says (--nvls, --collnet, --nccl-algo)."""
+    given = {"NCCL_NVLS_ENABLE": _enable(getattr(args, "nvls", None)),
+             "NCCL_COLLNET_ENABLE": _enable(getattr(args, "collnet", None)),
+             "NCCL_ALGO": getattr(args, "nccl_algo", None)}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _enable(value: str | None) -> str | None:
+    return None if value is None else ("1" if value == "on" else "0")
 
 
 def cmd_calibrate(args) -> int:
@@ -91,8 +113,6 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from synth.bounds.lower_bounds import lower_bounds
-    from synth.core.collectives import make_collective
     from synth.core.library import resolve_topology
     from synth.core.subset import parse_ranks, sub_topology
     from synth.cost import format_size
@@ -106,17 +126,35 @@ def cmd_doctor(args) -> int:
         topology = sub_topology(topology, parse_ranks(args.ranks, topology.ranks))
     docs = []
     for run in runs:
-        bounds = lower_bounds(topology, make_collective(run.collective, topology.ranks))
-        table = doctor.rows(run, cal, bounds.time_us, alternatives(topology, run.collective, args.schedules))
+        bound, ideal = doctor_bounds(topology, run.collective, cal)
+        table = doctor.rows(run, cal, bound, alternatives(topology, run.collective, args.schedules), ideal)
         found = doctor.regions(table, run.machine.machines)
         docs.append({"run": run.source, "collective": run.collective, "launch": run.launch.mode,
-                     "rows": [_row_doc(r) for r in table], "regions": [_region_doc(r) for r in found]})
+                     "rows": [_row_doc(r) for r in table], "regions": [_region_doc(r) for r in found],
+                     "summary": doctor.summary(table)})
         if not args.json:
             _print_run(run, table, found, format_size)
     if args.json:
         out = docs[0] if len(docs) == 1 else {"runs": docs}
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def doctor_bounds(topology, collective: str, cal):
+    """(bound, line_rate) callables, us by size: the bound doctor prints is the runtime bound under
+    the calibration (``synth.bounds.runtime``: the topology at its effective rates, plus the
+    smallest per-call latency) without the launch floor, which a measured run may beat (the
+    floor is the calibration's typical CPU cost, not a limit); the line-rate bound says whether a
+    row below it beats the topology itself or only the calibration's rates. A 0-byte row has no
+    bound (None): nccl-tests >= 2.17 times no call there."""
+    from synth.bounds.lower_bounds import lower_bounds
+    from synth.bounds.runtime import runtime_bounds
+    from synth.core.collectives import make_collective
+
+    made = make_collective(collective, topology.ranks)
+    runtime, ideal = runtime_bounds(topology, made, cal.terms()), lower_bounds(topology, made)
+    return (lambda size: runtime.bounds.time_us(size) + runtime.call_us if size > 0 else None), \
+        (lambda size: ideal.time_us(size) if size > 0 else None)
 
 
 def alternatives(topology, collective: str, folder: str | None) -> list:
@@ -148,19 +186,22 @@ def alternatives(topology, collective: str, folder: str | None) -> list:
 
 
 def _print_run(run, table, found, format_size) -> None:
+    from synth.measure import doctor
+
     print(f"{run.source}: {run.collective} on {run.machine.name} ({run.machine.ranks} ranks, "
           f"{run.machine.machines} machine(s), {run.launch.mode}, {run.transport})")
     print(f"{'size':>8} {'measured us':>12} {'expected us':>12} {'NCCL choice':>22} {'bound us':>10} "
-          f"{'meas/exp':>9}  {'verdict':<12} fastest schedule in the model")
+          f"{'meas/exp':>9}  {'verdict':<15} fastest schedule in the model")
     for r in table:
         choice = f"{r.choice.algorithm}/{r.choice.protocol}/{r.choice.channels}ch"
         bound = f"{r.bound_us:10.2f}" if r.bound_us is not None else f"{'-':>10}"
         alt = "-" if r.alternative is None else \
             f"{r.alternative.label} {r.alternative.protocol} {r.alternative.time_us:.2f} us"
         print(f"{format_size(r.size_bytes):>8} {r.measured_us:12.2f} {r.expected_us:12.2f} {choice:>22} {bound} "
-              f"{r.ratio:9.2f}  {r.verdict:<12} {alt}")
+              f"{r.ratio:9.2f}  {r.verdict:<15} {alt}")
     for region in found:
         print(region.line())
+    print(doctor.summary(table))
 
 
 def _row_doc(r) -> dict:

@@ -35,21 +35,23 @@ VERSION = 1
 TRANSPORTS = ("ib", "roce", "tcp")
 DEFAULT_NAME = "default"  # --calibration default: the DEFAULTS below
 
+# Fitted to every shared run at once (benchmarks/model_vs_measured.py --fit-defaults), but for the
+# terms it holds (NVLS's latency, the channel caps and thresholds: NCCL's values).
 DEFAULTS: Mapping[str, float] = {
     # CPU cost of one call: the measured time never goes below it (calls queue behind it)
     "launch_process_us": 12.0,        # one process per GPU
-    "launch_thread_gpu_us": 5.27,      # per GPU when one thread drives several (nccl-tests -g N)
+    "launch_thread_gpu_us": 5.022,    # per GPU when one thread drives several (nccl-tests -g N)
     # share of a link's line rate that bulk (Simple) transfers reach, per link kind
-    "efficiency_nvlink": 0.741,
-    "efficiency_xgmi": 0.860,
+    "efficiency_nvlink": 0.7768,
+    "efficiency_xgmi": 0.8634,
     "efficiency_pcie": 0.74,
-    "efficiency_net": 0.813,
+    "efficiency_net": 0.8288,
     # NCCL's base and per-hop latencies (reference/nccl-model.md) times this
     "latency_scale": 1.32,
-    # added to NCCL's network hop latency per inter-machine hop, by transport
-    "network_hop_us_ib": 2.7,
-    "network_hop_us_roce": 76.4,
-    "network_hop_us_tcp": 40.1,
+    # added (unscaled) to NCCL's network hop latency per inter-machine hop, by transport
+    "network_hop_us_ib": 6.829,
+    "network_hop_us_roce": 101.0,
+    "network_hop_us_tcp": 52.99,
     # bus bandwidth one channel (thread block) moves, per protocol
     "channel_gbps_ll": 23.6,
     "channel_gbps_ll128": 20.0,
@@ -62,8 +64,20 @@ DEFAULTS: Mapping[str, float] = {
     # NCCL's tree across machines: bandwidth per channel (16 channels)
     "tree_channel_gbps": 14.6,
     # Simple's pipeline fill: grows with the size up to fill_us at fill_bytes
-    "fill_us": 30.0,
-    "fill_bytes": 16.0e6,
+    "fill_us": 51.24,
+    "fill_bytes": 13600000.0,
+    # NVLS (NVLink SHARP in the NVSwitch): the share of a switch port's line rate its traffic
+    # reaches ((n+1)/n of the buffer each way per port in allreduce; fitted to the shared H100 runs
+    # of 2, 4 and 8 GPUs, 308-314 GB/s of 450, reference/in-network.md section 7; NCCL's own
+    # constant is nvlsEfficiency 0.85 of its 370.8; Blackwell's ~542 GB/s of 900 is ~0.60: calibrate)
+    "efficiency_nvls": 0.689,
+    # NVLS's NVLink latency per call (NCCL's hwLat: 25 us), not scaled by latency_scale; held at
+    # NCCL's value when the defaults are fitted (benchmarks/model_vs_measured.py HELD)
+    "nvls_latency_us": 25.0,
+    # NVLSTree on two machines: bus bandwidth per NVLS head (NCCL's perChMaxNVLSTreeBw, Hopper
+    # 57.7; fitted to the two-H200 run, 485.7 GB/s busbw at 16 GiB; beyond two machines x 45.5/57.7,
+    # NCCL's ratio)
+    "nvls_tree_channel_gbps": 57.09,
 }
 FRACTIONS = frozenset(name for name in DEFAULTS if name.startswith("efficiency_"))
 
@@ -97,10 +111,13 @@ class Calibration:
 
     def terms(self, label: str = "default") -> RuntimeTerms:
         """The runtime terms every schedule pays under this calibration (``synth.cost``): the
-        launch floor of one process per GPU, network hops over this calibration's transport."""
+        launch floor of one process per GPU, network hops over this calibration's transport; an
+        NVLink switch's ports (cost kind ``nvls``) at ``efficiency_nvls``, a network switch's
+        (``sharp``) at ``efficiency_net``."""
         return RuntimeTerms(
             label=label, latency_scale=self.get("latency_scale"),
-            efficiency={kind: self.get(f"efficiency_{kind}") for kind in LINK_KINDS},
+            efficiency={**{kind: self.get(f"efficiency_{kind}") for kind in LINK_KINDS},
+                        "nvls": self.get("efficiency_nvls")},
             net_hop_us=self.get(f"network_hop_us_{self.transport}"),
             channel_gbps={p: self.get(f"channel_gbps_{p}") for p in RUNTIME_PROTOCOLS},
             channel_bytes={p: self.get(f"channel_bytes_{p}") for p in RUNTIME_PROTOCOLS},

@@ -3,8 +3,13 @@
 Each row is classed by measured over expected: ``as expected`` within ``SLOW`` either way,
 ``slower`` beyond it, ``far slower`` beyond ``FAR`` (an unhealthy machine or setup: such rows
 are left out of calibrations and accuracy figures), ``faster`` below 1/SLOW (the model is
-pessimistic there). Consecutive rows of one class form a region; each region gets one line with
-the most likely cause for where it lies (latency-bound, mid or bandwidth-bound sizes).
+pessimistic there). A row measured below the lower bound printed beside it is ``below the
+bound`` whatever its ratio: no schedule on the topology as described can be that fast, so the
+machine does something the topology does not say (NVLS, SHARP: a switch that computes), or,
+where only the bound under the calibration's rates is beaten and not the line-rate one, its
+links run faster than the calibration says. Consecutive rows of one class form a region; each
+region gets one line with the most likely cause for where it lies (latency-bound, mid or
+bandwidth-bound sizes), and ``summary`` one line for the whole run.
 """
 
 from __future__ import annotations
@@ -14,13 +19,19 @@ from dataclasses import dataclass, replace
 
 from synth.cost import format_size
 from synth.measure.calibration import Calibration
-from synth.measure.fit import UNHEALTHY, Measured
-from synth.measure.runtime import Choice, launch_us, nccl_time
+from synth.measure.fit import UNHEALTHY, Measured, expected
+from synth.measure.runtime import Choice, launch_us
 
 SLOW = 1.5
 FAR = UNHEALTHY
+CLOSE = 1.15  # the summary's "within" figure
 LATENCY_BOUND = 64 * 1024
 BANDWIDTH_BOUND = 64 * 1024 * 1024
+BELOW = "below the bound"
+UNDESCRIBED = ("the machine does something this topology does not describe (NVLS? SHARP? a switch that "
+               "computes: add it to the topology's switches)")
+UNDER_RATED = ("the links run faster than the calibration's efficiency says (recalibrate with this run: synth "
+               "calibrate), or " + UNDESCRIBED)
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,8 @@ class Alternative:
 @dataclass(frozen=True)
 class Row:
     """One size: measured, expected (NCCL's best option in the model) and the lower bound, us;
-    and the fastest classic or synthesized schedule there, when any were given."""
+    the fastest classic or synthesized schedule there, when any were given; and the line-rate
+    bound (``ideal_us``) when the printed bound is one under runtime terms."""
 
     size_bytes: int
     measured_us: float
@@ -43,6 +55,7 @@ class Row:
     choice: Choice
     bound_us: float | None
     alternative: Alternative | None = None
+    ideal_us: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -50,7 +63,20 @@ class Row:
         return self.measured_us / self.expected_us
 
     @property
+    def below_bound(self) -> bool:
+        """Measured faster than the printed bound allows."""
+        return self.bound_us is not None and self.measured_us < self.bound_us
+
+    @property
+    def below_line_rate(self) -> bool:
+        """Measured faster than the line-rate bound (the printed one when there is no other)."""
+        limit = self.ideal_us if self.ideal_us is not None else self.bound_us
+        return limit is not None and self.measured_us < limit
+
+    @property
     def verdict(self) -> str:
+        if self.below_bound:
+            return BELOW
         if self.ratio > FAR:
             return "far slower"
         if self.ratio > SLOW:
@@ -75,19 +101,21 @@ class Region:
             f"{format_size(self.first)} - {format_size(self.last)}"
         if self.verdict == "as expected":
             return f"{span}: as expected (measured / expected {self.ratio:.2f})"
+        if self.verdict == BELOW:
+            return f"{span}: {BELOW} (measured / expected {self.ratio:.2f}): {self.cause}"
         return f"{span}: {self.verdict} than expected ({self.ratio:.2f}x); {self.cause}"
 
 
-def rows(run: Measured, cal: Calibration, bound=None, schedules=()) -> list[Row]:
-    """Every measured size with its expectation; ``bound(size)`` gives the lower bound (us);
-    ``schedules`` are (label, StepLoads) pairs costed under the calibration's terms with the
-    run's launch floor."""
+def rows(run: Measured, cal: Calibration, bound=None, schedules=(), ideal=None) -> list[Row]:
+    """Every measured size with its expectation; ``bound(size)`` gives the lower bound printed
+    (us), ``ideal(size)`` the line-rate bound when ``bound`` is not it; ``schedules`` are (label,
+    StepLoads) pairs costed under the calibration's terms with the run's launch floor."""
     terms = replace(cal.terms(), launch_us=launch_us(run.launch, cal))
     out = []
     for size, took in run.rows:
-        choice = nccl_time(run.machine, run.collective, size, cal, run.launch, run.transport)
+        choice = expected(run, size, cal)
         out.append(Row(int(size), took, choice.time_us, choice, bound(size) if bound else None,
-                       fastest(schedules, size, terms)))
+                       fastest(schedules, size, terms), ideal(size) if ideal else None))
     return out
 
 
@@ -113,11 +141,30 @@ def regions(table: list[Row], machines: int = 1) -> list[Region]:
     for index, group in enumerate(found):
         ratio = math.exp(sum(math.log(r.ratio) for r in group) / len(group))
         verdict = group[0].verdict
-        cause = _cause(verdict, group[0].size_bytes, group[-1].size_bytes, machines)
-        if verdict != "as expected" and len(group) == 1 and _quiet_neighbours(found, index):
+        if verdict == BELOW:
+            cause = UNDESCRIBED if any(r.below_line_rate for r in group) else UNDER_RATED
+        else:
+            cause = _cause(verdict, group[0].size_bytes, group[-1].size_bytes, machines)
+        if verdict not in ("as expected", BELOW) and len(group) == 1 and _quiet_neighbours(found, index):
             cause = "a single row among rows as expected: warm-up or noise, rerun to confirm"
         out.append(Region(group[0].size_bytes, group[-1].size_bytes, verdict, ratio, cause))
     return out
+
+
+def summary(table: list[Row]) -> str:
+    """One line for the run: rows within ``CLOSE`` of the model, rows below the bound."""
+    close = sum(1 for r in table if 1 / CLOSE <= r.ratio <= CLOSE)
+    below = [r for r in table if r.below_bound]
+    line = f"{close} of {len(table)} rows within {CLOSE}x of the model"
+    if not below:
+        return line + "; none below the bound"
+    beyond = sum(1 for r in below if r.below_line_rate)
+    first, last = format_size(below[0].size_bytes), format_size(below[-1].size_bytes)
+    span = first if first == last else f"{first} - {last}"
+    if beyond:
+        return (f"{line}; {len(below)} below the bound ({span}), {beyond} of them below the line-rate bound: "
+                + UNDESCRIBED)
+    return f"{line}; {len(below)} below the bound under the calibration ({span}): {UNDER_RATED}"
 
 
 def _quiet_neighbours(found: list[list[Row]], index: int) -> bool:
@@ -134,7 +181,8 @@ def unhealthy(table: list[Row]) -> list[Row]:
 def _cause(verdict: str, first: int, last: int, machines: int) -> str:
     if verdict == "faster":
         return ("the model is pessimistic here: recalibrate with this run (synth calibrate), or NCCL ran "
-                "an algorithm the model lacks (NVLS, CollNet, RCCL's one-shot allreduce)")
+                "an algorithm the model lacks (NVLS or CollNet where the topology has no computing switch, "
+                "RCCL's one-shot allreduce)")
     if verdict == "as expected":
         return ""
     if last < LATENCY_BOUND:

@@ -13,24 +13,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 from scipy.optimize import least_squares
 
+from synth.core.errors import InputError
 from synth.measure.calibration import Calibration
-from synth.measure.runtime import Launch, Machine, nccl_time
+from synth.measure.nccl_env import Allowed
+from synth.measure.nccl_env import allowed as allowed_by
+from synth.measure.runtime import SWITCH_ALGORITHMS, Choice, Launch, Machine, available, considered, nccl_time
 
 PRIOR_WEIGHT = 0.3
 FAR = 2.0
 UNHEALTHY = 3.0
 ALWAYS = ("fill_us", "fill_bytes")
 MULTI = ("efficiency_net", "tree_channel_gbps")
+NVLS = ("efficiency_nvls", "nvls_latency_us")
 
 
 @dataclass(frozen=True)
 class Measured:
     """One run to fit or predict: where it came from, the machine, how it was launched, the
-    network transport, and its (size bytes, out-of-place time us) rows."""
+    network transport, its (size bytes, out-of-place time us) rows, what it let NCCL run
+    (``allowed``: its NCCL_ALGO / NCCL_PROTO / NVLS / CollNet settings) and what NCCL said it ran
+    (``chosen``: (size bytes, algorithm, protocol or None) from its per-call lines)."""
 
     source: str
     collective: str
@@ -38,23 +45,76 @@ class Measured:
     launch: Launch
     transport: str
     rows: tuple[tuple[float, float], ...]
+    allowed: Allowed = Allowed()
+    chosen: tuple[tuple[int, str, str | None], ...] = ()
+
+    def allowed_at(self, size: float) -> Allowed:
+        """What the model may pick at ``size``: the algorithm (and protocol) NCCL logged for that
+        size, else what the run's settings allowed."""
+        for at, algorithm, protocol in self.chosen:
+            if at == int(size):
+                return Allowed(frozenset({algorithm}), protocols=None if protocol is None else frozenset({protocol}))
+        return self.allowed
+
+
+def allowed_for(run, collective: str, machine: Machine, overrides: Mapping[str, str] | None = None,
+                where: str = "") -> tuple[Allowed, tuple[tuple[int, str, str | None], ...]]:
+    """(allowed, chosen) of a ``synth.measure.logs.Run``: its NCCL settings with ``overrides`` on
+    top, and the algorithm NCCL logged per size (the first line of a size; dropped where the
+    settings forbid it or the model lacks the algorithm, as PAT). InputError, prefixed with
+    ``where``, when the settings leave the machine no algorithm or NCCL logged one the machine
+    cannot run (NVLS on a topology without an NVLS switch)."""
+    settings = {**run.nccl_settings, **(overrides or {})}
+    try:
+        allowed = allowed_by(settings, collective)
+        considered(machine, collective, allowed)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}" if where else str(exc)) from None
+    offered = available(machine, collective)
+    first: dict[int, tuple[int, str, str | None]] = {}
+    for call in run.calls:
+        if call.collective != collective or call.algorithm is None or not allowed.permits(call.algorithm):
+            continue
+        if call.algorithm not in offered and call.algorithm in SWITCH_ALGORITHMS:
+            raise InputError(f"{where}: NCCL ran {call.algorithm} at {call.size_bytes} bytes, which the topology "
+                             f"{machine.name} cannot run (it offers {', '.join(offered)})")
+        if call.algorithm not in offered:
+            continue  # one the model lacks (PAT): what the settings allow stands in
+        first.setdefault(call.size_bytes, (call.size_bytes, call.algorithm, call.protocol))
+    return allowed, tuple(first.values())
+
+
+def expected(run: Measured, size: float, cal: Calibration) -> Choice:
+    """The model's option for one row: NCCL's fastest among what the run allowed there."""
+    return nccl_time(run.machine, run.collective, size, cal, run.launch, run.transport, run.allowed_at(size))
 
 
 def model_us(run: Measured, size: float, cal: Calibration) -> float:
     """The modelled time of one row."""
-    return nccl_time(run.machine, run.collective, size, cal, run.launch, run.transport).time_us
+    return expected(run, size, cal).time_us
 
 
 def fitted_names(runs: list[Measured]) -> tuple[str, ...]:
     """The parameters these runs inform: the links' efficiency, latencies, channel and fill
-    terms, the launch cost of each launch mode present, and network terms for multi-machine runs."""
+    terms, the launch cost of each launch mode present, network terms for multi-machine runs, and
+    NVLS's terms where a run let NCCL use NVLS (NVLSTree's head cap where it spans machines)."""
     names = list(ALWAYS)
     for run in runs:
         names.append(f"efficiency_{run.machine.intra_kind}")
         names.append("launch_thread_gpu_us" if run.launch.mode == "threads" else "launch_process_us")
         if run.machine.machines > 1:
             names.extend((*MULTI, f"network_hop_us_{run.transport}"))
+        algorithms = _possible(run)
+        if {"nvls", "nvls_tree"} & algorithms:
+            names.extend(NVLS)
+        if "nvls_tree" in algorithms:
+            names.append("nvls_tree_channel_gbps")
     return tuple(dict.fromkeys(names))
+
+
+def _possible(run: Measured) -> set[str]:
+    """Every algorithm the model may pick at some row of ``run``."""
+    return {a for size, _ in run.rows for a in considered(run.machine, run.collective, run.allowed_at(size))}
 
 
 def fit(runs: list[Measured], base: Calibration, topology: str | None = None,

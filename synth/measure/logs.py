@@ -21,6 +21,14 @@ The reader follows the format, not particular files:
 - **Context.** The test name, library version and launch command are remembered as they appear
   and a run takes what was last seen when its first row is read, so what is printed between two
   tables belongs to the second. A new command line forgets the version seen before it.
+- **NCCL settings** (``synth.measure.nccl_env``): NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE and
+  NCCL_COLLNET_ENABLE. A launch command's own assignments (``NAME=V mpirun ...``, ``-x NAME=V``)
+  hold for its invocation; NCCL's ``NAME set by environment to V`` line and assignments on other
+  uncommented lines (``export NAME=V``) replace what was known; a comment (a header's prose)
+  only states a variable not stated yet, so the first statement wins there (``NAME unset``
+  states NCCL's default). Settings carry over a new command line.
+- **Calls.** NCCL's per-call ``NCCL INFO AllReduce: N Bytes -> Algo A proto P`` lines (commented
+  or not) belong to the run being read, before its rows or after them until the next run begins.
 
 Any malformed data is one InputError line naming the file and the line.
 """
@@ -36,6 +44,8 @@ from pathlib import Path
 
 from synth.core.errors import InputError
 from synth.core.io import read_bytes
+from synth.measure import nccl_env
+from synth.measure.nccl_env import Call
 
 MAX_INT_DIGITS = 19  # sizes and counts must fit 64 bits
 NO_ROWS = "no nccl-tests data rows (expected a table like '#  size  count  type ... time  algbw  busbw')"
@@ -51,8 +61,8 @@ _NTHREAD = re.compile(r"#\s*nThread\s+([0-9]{1,9})\s+nGpus\s+([0-9]{1,9})(?:\s|$
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _CONCLUDED = re.compile(r"#\s*Collective test concluded:\s*(\S+)")
 _DEVICE_START = re.compile(r"#\s*Rank\s+[0-9]")
-_DEVICE = re.compile(r"#\s*Rank\s+([0-9]{1,9})\s+(?:Group\s+[0-9]{1,9}\s+)?Pid\s+([0-9]{1,12})\s+on\s+(\S+)"
-                     r"\s+device\s+([0-9]{1,9})\s+\[[^\]]*\]\s*(.*)")
+_DEVICE = re.compile(r"#\s*Rank\s+([0-9]{1,9})\s+(?:Group\s+[0-9]{1,9}\s+)?Pid\s+([0-9]{1,12})\s+(?:on\s+(\S+)\s+)?"
+                     r"device\s+([0-9]{1,9})\s+\[[^\]]*\]\s*(.*)")
 _NCCL_TESTS_VERSION = re.compile(r"#\s*nccl-tests version\s.*\bnccl-library=([0-9]{1,9})\b")
 _LIBRARY_VERSION = re.compile(r"\b(NCCL|RCCL) version\s*:?\s*([0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4})")
 
@@ -98,14 +108,19 @@ class Run:
     - ``threads`` / ``gpus_per_thread``: ``nThread`` / ``nGpus`` of the ``# nThread T nGpus G``
       header; without a header the command line's ``-t`` / ``-g``; else 1.
     - ``ranks``, ``hosts``, ``processes``, ``devices``: from the device (``# Rank``) lines when the
-      run has them: their number, the distinct host names in order, the distinct (host, Pid) pairs,
-      the device model of each. Without device lines, from the launch command: processes =
+      run has them: their number, the distinct host names in order (a line may name none: ``on
+      HOST`` is optional), the distinct (host, Pid) pairs, the device model of each; when the
+      lines are not ranks 0..k-1 (a listing the author trimmed: only the last rank, or ``...``)
+      ranks = the highest rank + 1 and hosts / processes are not known (() / None), devices
+      those listed. Without device lines, from the launch command: processes =
       ``-np``/``-n``, else the sum of ``-H host:k`` counts, else per-node count x hosts; ranks =
       processes x threads x gpus_per_thread; hosts = the ``-H`` names; devices = (). None / ()
       when the output does not say.
     - ``version``: ``"nccl X.Y.Z"`` from ``nccl-library=CODE`` of the ``# nccl-tests version``
       line (22602 -> 2.26.2; old 4-digit codes: 2708 -> 2.7.8) or an ``NCCL version X.Y.Z`` line,
       ``"rccl X.Y.Z"`` from ``RCCL version : X.Y.Z-...``; None when not printed.
+    - ``settings``: (variable, value) of the NCCL settings the text states for the run (value
+      None: stated unset), in ``nccl_env.VARIABLES`` order; ``calls``: NCCL's per-call lines.
     """
 
     source: str
@@ -119,6 +134,13 @@ class Run:
     devices: tuple[str, ...]
     version: str | None
     rows: tuple[Row, ...]
+    settings: tuple[tuple[str, str | None], ...] = ()
+    calls: tuple[Call, ...] = ()
+
+    @property
+    def nccl_settings(self) -> dict[str, str | None]:
+        """``settings`` as a dict."""
+        return dict(self.settings)
 
     @property
     def launch(self) -> str:
@@ -215,7 +237,7 @@ class _Layout:
 class _Device:
     rank: int
     pid: int
-    host: str
+    host: str | None  # None: the line names no host (an abbreviated listing)
     model: str
 
 
@@ -227,6 +249,7 @@ class _Command:
     hosts: tuple[str, ...] = ()
     threads: int | None = None
     gpus: int | None = None
+    settings: tuple[tuple[str, str | None], ...] = ()  # its own NCCL assignments
 
 
 @dataclass(frozen=True)
@@ -236,6 +259,15 @@ class _Context:
     collective: str | None = None
     version: str | None = None
     command: _Command = _Command()
+    settings: tuple[tuple[str, str | None], ...] = ()  # NCCL settings stated so far
+
+    def stated(self, pairs, replacing: bool) -> "_Context":
+        """With ``pairs`` stated: replacing what was known, or only where nothing was (prose)."""
+        merged = dict(self.settings)
+        for name, value in pairs:
+            if replacing or name not in merged:
+                merged[name] = value
+        return replace(self, settings=tuple(merged.items()))
 
 
 @dataclass
@@ -249,6 +281,7 @@ class _Draft:
     layout: _Layout | None = None
     context: _Context = _Context()
     rows: list[Row] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
 
     def successor(self) -> _Draft:
         """The next run of the same invocation: same header, devices and layout, no rows."""
@@ -307,6 +340,8 @@ class _Reader:
         else:
             if match := _NCCL_TESTS_VERSION.match(text):
                 self.context = replace(self.context, version="nccl " + nccl_version(int(match.group(1))))
+            if not self._nccl_info(text):
+                self.context = self.context.stated(nccl_env.statements(text), replacing=False)
             self._mention(text)
 
     def _header(self, where: str, text: str) -> None:
@@ -320,7 +355,7 @@ class _Reader:
         match = _DEVICE.fullmatch(text)
         if match is None:
             raise InputError(f"{where}: malformed device line "
-                             f"(expected '#  Rank R [Group G] Pid P on HOST device D [BUS] MODEL')")
+                             f"(expected '#  Rank R [Group G] Pid P [on HOST] device D [BUS] MODEL')")
         if self.draft.rows:
             self._close()
             self.draft = _Draft()
@@ -352,7 +387,19 @@ class _Reader:
             self.command_parts = []
             self._continue_command(text)
         else:
+            if not self._nccl_info(text):
+                self.context = self.context.stated(nccl_env.statements(text), replacing=True)
             self._mention(text)
+
+    def _nccl_info(self, text: str) -> bool:
+        """Take NCCL's own word on a setting or a call; whether the line was one."""
+        if setting := nccl_env.info_setting(text):
+            self.context = self.context.stated([setting], replacing=True)
+            return True
+        if call := nccl_env.chosen_call(text):
+            self.draft.calls.append(call)
+            return True
+        return False
 
     def _mention(self, text: str) -> None:
         if match := _TEST_MENTION.search(text):
@@ -376,7 +423,8 @@ class _Reader:
             self.draft = _Draft()
         binary = _binary_index(tokens)
         collective = collective_name(tokens[binary]) if binary is not None else self.context.collective
-        self.context = _Context(collective, None, _parse_command(tokens, binary))
+        command = replace(_parse_command(tokens, binary), settings=tuple(nccl_env.statements(text)))
+        self.context = _Context(collective, None, command, self.context.settings)
 
     # --- runs
 
@@ -398,18 +446,25 @@ def _finished(draft: _Draft, source: str, index: int) -> Run:
     command = draft.context.command
     threads = draft.threads or command.threads or 1
     gpus = draft.gpus or command.gpus or 1
-    if draft.devices:
-        ranks: int | None = len(draft.devices)
-        hosts = tuple(dict.fromkeys(d.host for d in draft.devices))
-        processes: int | None = len({(d.host, d.pid) for d in draft.devices})
+    listed = sorted(d.rank for d in draft.devices)
+    if draft.devices and listed != list(range(len(listed))):  # a trimmed listing ("Rank 127" only, "...")
+        ranks: int | None = listed[-1] + 1
+        hosts: tuple[str, ...] = ()
+        processes: int | None = None
+    elif draft.devices:
+        ranks = len(draft.devices)
+        hosts = tuple(dict.fromkeys(d.host for d in draft.devices if d.host is not None))
+        processes = len({(d.host, d.pid) for d in draft.devices})
     else:
         processes = command.processes
         ranks = processes * threads * gpus if processes else None
         hosts = command.hosts
+    settings = dict(draft.context.stated(command.settings, replacing=True).settings)
+    ordered = tuple((name, settings[name]) for name in nccl_env.VARIABLES if name in settings)
     return Run(source=source, index=index, collective=draft.context.collective, gpus_per_thread=gpus,
                threads=threads, ranks=ranks, hosts=hosts, processes=processes,
                devices=tuple(d.model for d in draft.devices), version=draft.context.version,
-               rows=tuple(draft.rows))
+               rows=tuple(draft.rows), settings=ordered, calls=tuple(draft.calls))
 
 
 # --- lines ---------------------------------------------------------------------------------------

@@ -1,33 +1,67 @@
 """What NCCL (or RCCL) takes for a collective on a machine: the runtime model.
 
-For every algorithm NCCL considers (``reference/nccl-model.md``) and every protocol P, with the
-terms of a ``Calibration`` (names in ``synth.measure.calibration``):
+For every algorithm NCCL considers on the machine (``available``; reference/nccl-model.md and,
+for the switch algorithms, reference/in-network.md sections 5 and 6) that the run allowed
+(``synth.measure.nccl_env.Allowed``: NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE,
+NCCL_COLLNET_ENABLE), and every protocol P, with the terms of a ``Calibration``:
 
-    gpu_us(S)  = latency_scale x latency(algorithm, P)        NCCL's base + per-hop latencies;
-                                                               inter-machine hops also pay
-                                                               network_hop_us_<transport>
-               + factor x S / bandwidth(S)                    factor: nccl-tests' busbw factor
-               + fill_us x min(1, S / fill_bytes)             Simple only: pipeline fill
-    bandwidth(S) = min(bus(algorithm) x share(P), channels(S, P) x channel_gbps_P)
-    channels(S, P) = clamp(floor(S / channel_bytes_P), 1, max_channels)
+    gpu_us(S)  = latency(algorithm, P)                          see below
+               + S / algbw(algorithm, P, S)
+               + fill_us x min(1, S / fill_bytes)               Simple only: pipeline fill
     time(S)    = max(launch, min over (algorithm, P) of gpu_us(S))
 
-``share(P)`` is the protocol's payload share (Simple 1, LL128 120/128, LL 1/2). ``bus`` is the
-algorithm's bus bandwidth on the machine at the effective link rates (line rate times
-``efficiency_<kind>``): rings use the ring plan of one machine (``nccl_ring``), capped across
-machines by the machine's NICs; the tree across machines is capped by the GPU's port, the NICs
-and 16 channels of ``tree_channel_gbps``. ``launch`` is the CPU's cost of a call: one process per
-GPU pays ``launch_process_us``, one thread driving G GPUs pays ``launch_thread_gpu_us`` x G
-(calls queue behind the CPU, so the measured time is the larger of the two, not their sum).
+Ring, tree and point-to-point (NCCL's classic algorithms): latency = latency_scale x NCCL's base
++ per-hop latencies, plus ``network_hop_us_<transport>`` per inter-machine hop (unscaled);
+algbw = min(bus x share(P), channels(S, P) x channel_gbps_P) / factor, with factor nccl-tests'
+busbw factor, share(P) the protocol's payload share (Simple 1, LL128 120/128, LL 1/2),
+channels(S, P) = clamp(floor(S / channel_bytes_P), 1, max_channels) and bus the bus bandwidth at
+the effective link rates (line rate x ``efficiency_<kind>``): rings use the ring plan of one
+machine (``nccl_ring``), capped across machines by one machine's NICs; the tree across machines
+moves twice the buffer through every GPU's port (reduce up, broadcast down the chain inside a
+machine) and 2(N-1)/N of it through a machine's NICs, and is capped by 16 channels of
+``tree_channel_gbps``.
+
+The switch algorithms run Simple only and are not capped per channel (NVLS has its own CTAs).
+With n ranks per NVLink domain (a machine, or a rack of several with MNNVL: one node to NCCL),
+N domains, ppn ranks per machine, the NVLS port rate
+P = the switch port's line rate x ``efficiency_nvls``, at most the GPU's port x
+``efficiency_<kind>`` (the switch's ports share the GPU's NVLink port), and the NICs' rate
+NIC = one machine's NICs x ``efficiency_net``, algbw is:
+
+- ``nvls`` on one domain: allreduce P x n/(n+1) (each port carries (n+1)/n of the buffer each
+  way: one ld_reduce share out, one multicast in); allgather / reduce-scatter P (one way carries
+  the whole buffer); across domains (NVLS + CollNet/SHARP) min(P x n/(n+1), a domain's NICs);
+- ``nvls_tree``: min(P x n/(n+1), a domain's NICs x N/(2(N-1)), n heads x
+  ``nvls_tree_channel_gbps`` of bus bandwidth), the head cap x NCCL's 45.5/57.7 beyond two domains;
+- ``collnet_direct``: min(intra port x ppn/(2(ppn-1)), NIC) (reduce-scatter to the heads, SHARP
+  across, allgather back); ``collnet_chain``: min(intra port / 2, NIC).
+
+Their latency: ``nvls_latency_us`` for NVLS's NVLink part (NCCL: 25 us), plus latency_scale x
+NCCL's NET latency and the transport's hop per network crossing (NVLS 18 us once, NVLSTree
+20.9 us 2 log2(N) times; CollNet 31 / 30 us once, after latency_scale x NCCL's in-machine terms),
+and never less than the runtime bound charges a call through the switch (latency_scale x (6.6 us
++ the switch's alpha)).
+
+NCCL's enable rules: NVLS needs a switch with reduce and multicast of kind nvlink spanning a
+machine's GPUs (an sm_90+ NVSwitch); NVLSTree only across domains; NVLS across domains only with
+CollNet; CollNet only where the topology has a SHARP switch (reduce_multicast, kind net) and the
+run did not turn it off; CollNetDirect with at most 8 ranks per machine; NVLS allgather /
+reduce-scatter on one domain of at most 32 ranks. ``launch`` is the CPU's cost of a call: one
+process per GPU pays ``launch_process_us``, one thread driving G GPUs pays
+``launch_thread_gpu_us`` x G (calls queue behind the CPU, so the measured time is the larger of
+the two, not their sum).
 
 >>> from synth.core.library import resolve_topology
 >>> from synth.measure.calibration import Calibration
 >>> m = describe(resolve_topology("h100"))
->>> m.ring_gbps, m.machines, m.vendor
-(450.0, 1, 'nccl')
+>>> m.ring_gbps, m.machines, m.vendor, m.nvls_ranks
+(450.0, 1, 'nccl', 8)
 >>> c = nccl_time(m, "allreduce", 1 << 30, Calibration(), Launch("processes", 1))
->>> c.algorithm, c.protocol, round(c.time_us)
-('ring', 'simple', 5739)
+>>> c.algorithm, c.protocol
+('nvls', 'simple')
+>>> off = Allowed(nvls=False)
+>>> nccl_time(m, "allreduce", 1 << 30, Calibration(), Launch("processes", 1), allowed=off).algorithm
+'ring'
 """
 
 from __future__ import annotations
@@ -36,24 +70,35 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from synth.baselines.nccl_model import BASE_US, HW_US
+from synth.baselines.nccl_model import BASE_US, COLLNET_ARITY_US, HW_US, NVLS_TREE_CHANNEL_GBPS, SWITCH_HW_US
 from synth.core.collective import busbw_factor
 from synth.core.errors import InputError
 from synth.core.subset import sub_topology
 from synth.core.topology import Topology
+from synth.cost import PROTOCOLS, RUNTIME_PROTOCOLS
 from synth.measure.calibration import TRANSPORTS, Calibration
+from synth.measure.nccl_env import Allowed
 
 SHARE = {"ll": 0.5, "ll128": 120 / 128, "simple": 1.0}
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
 TREE_CHANNELS = 16
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce")  # what it models
+SWITCH_ALGORITHMS = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
+MAX_NVLS_ARITY = 32  # NVLS allgather / reduce-scatter: at most this many local ranks (device.h)
+MAX_DIRECT_RANKS = 8  # CollNetDirect: at most this many ranks per machine (enqueue.cc)
+MIN_BASE_US = min(PROTOCOLS[p].base_us for p in RUNTIME_PROTOCOLS)  # what the runtime bound charges a call
+NVLS_CHANNELS = 16  # NVLS's CTAs on Hopper (nvls.cc NVLS_NCHANNELS_SM90): what a choice reports
+NVLS_TREE_WIDE = NVLS_TREE_CHANNEL_GBPS["hopper"][2] / NVLS_TREE_CHANNEL_GBPS["hopper"][1]  # beyond 2 nodes
 
 
 @dataclass(frozen=True)
 class Machine:
     """What the runtime model needs of a topology: ranks, machines, the kind of the links inside
     a machine, the ideal ring and tree bus bandwidth of one machine, one GPU's port, one
-    machine's NICs (GB/s, one direction), and whose library runs it."""
+    machine's NICs (GB/s, one direction), whose library runs it, and its computing switches:
+    the port rate of the NVLS switch (``nvls_gbps``, 0: none), how many ranks it spans
+    (``nvls_ranks``) and its alpha (``nvls_alpha``, us), and whether the network aggregates
+    (``sharp``)."""
 
     name: str
     ranks: int
@@ -64,6 +109,20 @@ class Machine:
     gpu_gbps: float
     nic_gbps: float
     vendor: str
+    nvls_gbps: float = 0.0
+    nvls_ranks: int = 0
+    sharp: bool = False
+    nvls_alpha: float = 0.0
+
+    @property
+    def per_machine(self) -> int:
+        """Ranks per machine."""
+        return self.ranks // self.machines
+
+    @property
+    def nvls_domains(self) -> int:
+        """NVLink domains with NVLS (0: no NVLS)."""
+        return self.ranks // self.nvls_ranks if self.nvls_ranks >= 2 else 0
 
 
 @dataclass(frozen=True)
@@ -92,42 +151,82 @@ def launch_us(launch: Launch, cal: Calibration) -> float:
     return cal.get("launch_process_us")
 
 
+def available(machine: Machine, collective: str) -> tuple[str, ...]:
+    """The algorithms NCCL may run for ``collective`` on ``machine`` (the module's rules)."""
+    if collective == "alltoall":
+        return ("p2p",)
+    out = ["ring"]
+    domains = machine.nvls_domains
+    if collective == "allreduce":
+        if not (machine.vendor == "rccl" and machine.machines > 1):
+            out.append("tree")
+        if domains == 1 or (domains > 1 and machine.sharp):
+            out.append("nvls")
+        if domains > 1:
+            out.append("nvls_tree")
+        if machine.sharp and machine.machines > 1:
+            out += ["collnet_direct"] if machine.per_machine <= MAX_DIRECT_RANKS else []
+            out.append("collnet_chain")
+    elif collective in ("allgather", "reduce_scatter") and domains == 1 and machine.ranks <= MAX_NVLS_ARITY:
+        out.append("nvls")
+    return tuple(out)
+
+
+def considered(machine: Machine, collective: str, allowed: Allowed | None = None) -> tuple[str, ...]:
+    """``available`` less what the run did not allow (NVLS across machines goes with CollNet);
+    InputError when nothing is left (NCCL would have refused the call)."""
+    allowed = allowed or Allowed()  # CollNet unset: on where the topology has a SHARP switch
+    kept = tuple(a for a in available(machine, collective) if allowed.permits(a)
+                 and not (a == "nvls" and machine.nvls_domains > 1 and allowed.collnet is False))
+    if not kept:
+        raise InputError(f"the run allowed {allowed.describe()}, which leaves no algorithm for {collective} on "
+                         f"{machine.name} (it offers {', '.join(available(machine, collective))})")
+    return kept
+
+
 def nccl_options(machine: Machine, collective: str, size: float, cal: Calibration, launch: Launch,
-                 transport: str = "ib") -> list[Choice]:
-    """Every option NCCL considers here, each with its modelled time (launch floor included)."""
+                 transport: str = "ib", allowed: Allowed | None = None) -> list[Choice]:
+    """Every option NCCL considers here (among those ``allowed``), each with its modelled time
+    (launch floor included)."""
     if collective not in COLLECTIVES:
         raise InputError(f"the runtime model covers {', '.join(COLLECTIVES)}, not {collective}")
     if transport not in TRANSPORTS:
         raise InputError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")
+    allowed = allowed or Allowed()
     floor = launch_us(launch, cal)
-    factor = busbw_factor(collective, machine.ranks)
     options = []
-    for algorithm in _algorithms(machine, collective):
-        bus = _bus_gbps(machine, algorithm, collective, cal)
-        for protocol in PROTOCOL_NAMES:
-            latency = cal.get("latency_scale") * _latency(machine, algorithm, collective, protocol, cal, transport)
-            channels = _channels(size, protocol, cal)
-            bandwidth = min(bus * SHARE[protocol], channels * cal.get(f"channel_gbps_{protocol}"))
-            took = latency + factor * size / (bandwidth * 1e3)
-            if protocol == "simple":
-                took += cal.get("fill_us") * min(1.0, size / cal.get("fill_bytes"))
+    for algorithm in considered(machine, collective, allowed):
+        protocols = ("simple",) if algorithm in SWITCH_ALGORITHMS else PROTOCOL_NAMES
+        for protocol in (p for p in protocols if allowed.permits_protocol(p)):
+            channels, took = _gpu_us(machine, algorithm, collective, protocol, size, cal, transport)
             options.append(Choice(algorithm, protocol, channels, max(floor, took)))
+    if not options:
+        raise InputError(f"the run allowed {allowed.describe()} and protocols "
+                         f"{', '.join(sorted(allowed.protocols or ()))}: no option for {collective} on {machine.name}")
     return options
 
 
 def nccl_time(machine: Machine, collective: str, size: float, cal: Calibration, launch: Launch,
-              transport: str = "ib") -> Choice:
+              transport: str = "ib", allowed: Allowed | None = None) -> Choice:
     """The fastest option (what NCCL's tuner should pick; ties go to the first considered)."""
-    return min(nccl_options(machine, collective, size, cal, launch, transport), key=lambda c: c.time_us)
+    return min(nccl_options(machine, collective, size, cal, launch, transport, allowed), key=lambda c: c.time_us)
 
 
-def _algorithms(machine: Machine, collective: str) -> tuple[str, ...]:
-    """Ring everywhere; the tree for allreduce (RCCL runs rings across machines); alltoall is p2p."""
-    if collective == "alltoall":
-        return ("p2p",)
-    if collective == "allreduce" and not (machine.vendor == "rccl" and machine.machines > 1):
-        return ("ring", "tree")
-    return ("ring",)
+def _gpu_us(machine: Machine, algorithm: str, collective: str, protocol: str, size: float, cal: Calibration,
+            transport: str) -> tuple[int, float]:
+    """(channels, GPU time in us) of one option (the module's formulas, before the launch floor)."""
+    fill = cal.get("fill_us") * min(1.0, size / cal.get("fill_bytes")) if protocol == "simple" else 0.0
+    if algorithm in SWITCH_ALGORITHMS:
+        latency = _switch_latency(machine, algorithm, cal, transport)
+        channels = NVLS_CHANNELS if algorithm.startswith("nvls") else _channels(size, protocol, cal)
+        return channels, latency + size / (_switch_algbw(machine, algorithm, collective, cal) * 1e3) + fill
+    factor = busbw_factor(collective, machine.ranks)
+    latency = _latency(machine, algorithm, collective, protocol, cal.get("latency_scale"),
+                       cal.get(f"network_hop_us_{transport}"))
+    channels = _channels(size, protocol, cal)
+    bandwidth = min(_bus_gbps(machine, algorithm, collective, cal) * SHARE[protocol],
+                    channels * cal.get(f"channel_gbps_{protocol}"))
+    return channels, latency + factor * size / (bandwidth * 1e3) + fill
 
 
 def _channels(size: float, protocol: str, cal: Calibration) -> int:
@@ -137,39 +236,87 @@ def _channels(size: float, protocol: str, cal: Calibration) -> int:
 
 
 def _bus_gbps(machine: Machine, algorithm: str, collective: str, cal: Calibration) -> float:
-    """The algorithm's bus bandwidth at effective link rates (see the module)."""
+    """The classic algorithm's bus bandwidth at effective link rates (see the module)."""
     intra = cal.get(f"efficiency_{machine.intra_kind}")
     net = machine.nic_gbps * cal.get("efficiency_net")
     if algorithm == "p2p":
         bus = machine.gpu_gbps * intra
         if machine.machines > 1:
-            per_rank_nic = net / (machine.ranks / machine.machines)
+            per_rank_nic = net / machine.per_machine
             bus = min(bus, per_rank_nic * machine.machines / (machine.machines - 1))
         return bus
     if machine.machines == 1:
         return (machine.ring_gbps if algorithm == "ring" else machine.tree_gbps) * intra
     if algorithm == "ring":
         return min(machine.ring_gbps * intra, net)
-    factor = busbw_factor(collective, machine.ranks)
-    return min(machine.gpu_gbps * intra, net, TREE_CHANNELS * cal.get("tree_channel_gbps")) * factor
+    algbw = min(machine.gpu_gbps * intra / 2, net * _nic_share(machine.machines),
+                TREE_CHANNELS * cal.get("tree_channel_gbps"))
+    return algbw * busbw_factor(collective, machine.ranks)
 
 
-def _latency(machine: Machine, algorithm: str, collective: str, protocol: str, cal: Calibration,
-             transport: str) -> float:
-    """NCCL's latency of the algorithm (reference/nccl-model.md), network hops per transport."""
+def _nic_share(machines: int) -> float:
+    """Algbw over one machine's NIC rate for a reduction across ``machines`` by point-to-point:
+    each machine's NICs carry 2(N-1)/N of the buffer each way (the whole buffer for two)."""
+    return machines / (2 * (machines - 1))
+
+
+def _switch_algbw(machine: Machine, algorithm: str, collective: str, cal: Calibration) -> float:
+    """The switch algorithm's algorithm bandwidth (see the module)."""
+    ppn = machine.per_machine
+    net = machine.nic_gbps * cal.get("efficiency_net")
+    intra = machine.gpu_gbps * cal.get(f"efficiency_{machine.intra_kind}")
+    if algorithm in ("nvls", "nvls_tree"):
+        port = min(machine.nvls_gbps * cal.get("efficiency_nvls"), intra)  # the switch port rides the GPU's port
+        if collective != "allreduce":
+            return port
+        # one NVLink domain (a machine, or an MNNVL rack of several) is one node to NCCL
+        domain, domains = machine.nvls_ranks, machine.nvls_domains
+        inside, net = port * domain / (domain + 1), net * domain / ppn
+        if algorithm == "nvls":
+            return inside if domains == 1 else min(inside, net)
+        head = cal.get("nvls_tree_channel_gbps") * (1.0 if domains <= 2 else NVLS_TREE_WIDE)
+        return min(inside, net * _nic_share(domains), domain * head / busbw_factor("allreduce", machine.ranks))
+    if algorithm == "collnet_direct":
+        return min(intra * ppn / (2 * (ppn - 1)) if ppn > 1 else math.inf, net)
+    return min(intra / 2 if ppn > 1 else math.inf, net)
+
+
+def _switch_latency(machine: Machine, algorithm: str, cal: Calibration, transport: str) -> float:
+    """The switch algorithm's latency (see the module), never below what the runtime bound charges
+    a call through the switch: latency_scale x (NCCL's smallest base latency + the switch's alpha)."""
+    scale, hop = cal.get("latency_scale"), cal.get(f"network_hop_us_{transport}")
+    return max(scale * (MIN_BASE_US + machine.nvls_alpha), _switch_hops_us(machine, algorithm, cal, scale, hop))
+
+
+def _switch_hops_us(machine: Machine, algorithm: str, cal: Calibration, scale: float, hop: float) -> float:
+    inter = scale * SWITCH_HW_US["net"][algorithm] + hop
+    ppn = machine.per_machine
+    if algorithm == "nvls":
+        return cal.get("nvls_latency_us") + (inter if machine.nvls_domains > 1 else 0.0)
+    if algorithm == "nvls_tree":
+        return cal.get("nvls_latency_us") + 2 * math.log2(machine.nvls_domains) * inter
+    intra = SWITCH_HW_US["nvlink"][algorithm]
+    if algorithm == "collnet_direct":
+        return scale * 2 * (min(1, ppn - 1) * intra + (ppn - 1) * COLLNET_ARITY_US) + inter
+    return scale * 2 * (ppn - 1) * intra + inter
+
+
+def _latency(machine: Machine, algorithm: str, collective: str, protocol: str, scale: float, hop: float) -> float:
+    """A classic algorithm's latency: latency_scale x NCCL's (reference/nccl-model.md), plus the
+    transport's hop per network crossing (unscaled, as the runtime terms add it to a network link)."""
     n, nodes = machine.ranks, machine.machines
     table = "tree" if algorithm == "tree" else "ring"
     kind = "nvlink" if machine.intra_kind == "xgmi" else machine.intra_kind
-    intra = HW_US[kind][table][protocol]
-    inter = HW_US["net"][table][protocol] + cal.get(f"network_hop_us_{transport}")
+    intra, inter = HW_US[kind][table][protocol], HW_US["net"][table][protocol]
     base = BASE_US[table][protocol]
     if algorithm == "p2p":
-        return base + (inter if nodes > 1 else intra)
+        return scale * (base + (inter if nodes > 1 else intra)) + (hop if nodes > 1 else 0.0)
     if algorithm == "tree":
-        return base + 2 * ((n / nodes - 1) * intra + math.log2(nodes) * inter)
+        crossings = 2 * math.log2(nodes)
+        return scale * (base + 2 * (n / nodes - 1) * intra + crossings * inter) + crossings * hop
     rounds = 2 if collective == "allreduce" else 1
     steps, inter_steps = rounds * (n - 1), rounds * (nodes - 1)
-    return base + (steps - inter_steps) * intra + inter_steps * inter
+    return scale * (base + (steps - inter_steps) * intra + inter_steps * inter) + inter_steps * hop
 
 
 def describe(topology: Topology) -> Machine:
@@ -188,8 +335,26 @@ def _describe(topology: Topology) -> Machine:
     tree = _ideal_bus(one, "nccl_tree", "allreduce") if one.ranks > 1 else math.inf
     nic = sum(n.bandwidth for n in topology.nics if set(n.ranks) <= set(first)) if len(machines) > 1 else 0.0
     vendor = "rccl" if intra_kind == "xgmi" else "nccl"
-    return Machine(topology.name, topology.ranks, len(machines), intra_kind, ring, tree,
-                   _port_gbps(one), nic, vendor)
+    nvls = nvls_switch(topology, first)
+    return Machine(topology.name, topology.ranks, len(machines), intra_kind, ring, tree, _port_gbps(one), nic,
+                   vendor, nvls.bandwidth if nvls else 0.0, len(nvls.ranks) if nvls else 0, has_sharp(topology),
+                   nvls.alpha if nvls else 0.0)
+
+
+def nvls_switch(topology: Topology, machine: tuple[int, ...]):
+    """The switch NCCL's NVLS runs on for ``machine`` (its ranks): reduce and multicast, kind
+    nvlink, a port for every rank of the machine, and as many ports as every other such switch
+    (the domains tile the ranks); None when there is none (no NVLS)."""
+    found = [s for s in topology.switches if s.reduce and s.multicast and (s.kind or "nvlink") == "nvlink"]
+    for switch in found:
+        if set(machine) <= set(switch.ranks) and len(switch.ranks) >= 2 and topology.ranks % len(switch.ranks) == 0:
+            return switch
+    return None
+
+
+def has_sharp(topology: Topology) -> bool:
+    """Whether the network aggregates: a reduce_multicast switch of kind net (InfiniBand SHARP)."""
+    return any(s.reduce_multicast and s.kind == "net" for s in topology.switches)
 
 
 def _ideal_bus(topology: Topology, algorithm: str, collective: str) -> float:

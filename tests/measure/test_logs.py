@@ -41,16 +41,36 @@ EXPECTED_ROWS = {
                                                      (1, (10737418240, 104989.0), (10737418240, 104989.0))],
     "a100-8gpu-and-2node-allreduce-oci.txt": [(1, (10737418240, 80646.8), (10737418240, 80646.8)),
                                               (1, (10737418240, 90330.0), (10737418240, 90330.0))],
+    "b200-gcp-a4-2node-16gpu-allgather-1.txt": [(24, (1024, 280.4), (8589934592, 30970.0))],
+    "b200-gcp-a4-8gpu-allreduce-abbrev-1.txt": [(12, (8388608, 80.32), (17179869184, 35561.0))],
+    "b300-8gpu-allreduce-oci-excerpt-1.txt": [(1, (8589934592, 18006.0), (8589934592, 18006.0))],
     "dgx1-v100-8gpu-allreduce-1.txt": [(25, (8, 48.46), (134217728, 1818.8))],
     "dgx2-v100-12gpu-allgather-1.txt": [(31, (0, 57.30), (8589934560, 106773.0))],
     "dgx2-v100-12gpu-allreduce-1.txt": [(31, (8, 61.03), (8589934592, 127453.0))],
+    "gb200-nvl72-128gpu-2rack-allreduce-oci-1.txt": [(33, (8, 183.82), (34359738368, 99744.6))],
+    "gb200-nvl72-4gpu-1node-allreduce-oci-excerpt-1.txt": [(2, (4294967296, 9801.3), (8589934592, 19424.0))],
+    "gb200-nvl72-72gpu-allreduce-1.txt": [(5, (536870912, 1806.7), (8589934592, 20299.0))],
+    "gb300-nvl72-4gpu-1node-allreduce-nvls-oci-excerpt-1.txt": [(2, (8589934592, 18920.0), (17179869184, 37610.0))],
+    "gb300-nvl72-64gpu-16node-allreduce-nvls-oci-excerpt-1.txt": [(2, (8589934592, 18842.0),
+                                                                  (17179869184, 36350.0))],
+    "h100-2gpu-allreduce-nvls-forced-1.txt": [(6, (268435456, 1346.49), (8589934592, 41508.1))],
+    "h100-2gpu-allreduce-ring-1.txt": [(6, (268435456, 892.85), (8589934592, 24713.4))],
     "h100-2node-16gpu-allreduce-1.txt": [(31, (8, 135.8), (8589934592, 47535.0))],
     "h100-2node-16gpu-allreduce-2.txt": [(32, (8, 172.7), (17179869184, 68195.0))],
+    "h100-4gpu-allreduce-auto-ring-1.txt": [(6, (268435456, 1185.5), (8589934592, 35294.0))],
+    "h100-4gpu-allreduce-nvls-forced-1.txt": [(6, (268435456, 1121.71), (8589934592, 34229.8))],
+    "h100-4gpu-allreduce-ring-1.txt": [(6, (268435456, 1186.34), (8589934592, 35308.1))],
+    "h100-8gpu-allgather-nvlsenabled-1.txt": [(31, (0, 0.94), (8589934592, 20927.3))],
     "h100-8gpu-allreduce-1.txt": [(31, (8, 34.98), (8589934592, 40838.9))],
+    "h100-8gpu-allreduce-nvls-1.txt": [(31, (8, 36.22), (8589934592, 31372.3))],
+    "h100-8gpu-allreduce-ring-1.txt": [(31, (8, 37.33), (8589934592, 40848.8))],
+    "h200-2node-16gpu-allreduce-roce-1.txt": [(25, (1024, 45.06), (17179869184, 66326.9))],
     "mi250-16gcd-allreduce-excerpt.txt": [(8, (8, 25.06), (1024, 31.25))],
     "mi300x-2node-16gpu-allreduce-1.txt": [(32, (8, 256.5), (17179869184, 90115.0))],
     "mi300x-8gpu-allreduce-1.txt": [(25, (8, 45.92), (134217728, 801.4))],
     "mi300x-8gpu-allreduce-2.txt": [(31, (8, 19.28), (8589934592, 47617.0))],
+    "mi355x-2node-16gpu-allreduce-1.txt": [(31, (8, 41.16), (8589934592, 43643.0))],
+    "mi355x-8gpu-allreduce-oci-pollara-excerpt-1.txt": [(2, (8589934592, 36863.0), (17179869184, 73544.0))],
 }
 
 # Per run: (launch, threads, gpus_per_thread, ranks, processes, machines, version, collective, redop, root).
@@ -61,16 +81,70 @@ EXPECTED_RUNS = {
                                                      ("processes", 1, 1, 16, 16, 2, None, "allreduce", "sum", -1)],
     "a100-8gpu-and-2node-allreduce-oci.txt": [("processes", 1, 1, 8, 8, 1, "nccl 2.25.1", "allreduce", "sum", -1),
                                               ("processes", 1, 1, 16, 16, 2, None, "allreduce", "sum", -1)],
+    # the text names the test only as "-t all_gather" / not at all: no collective
+    "b200-gcp-a4-2node-16gpu-allgather-1.txt": [("processes", 1, 1, 16, 16, 2, "nccl 2.26.6", None, "none", -1)],
+    # device lines without "on HOST": ranks and processes, no host
+    "b200-gcp-a4-8gpu-allreduce-abbrev-1.txt": [("threads", 1, 8, 8, 1, None, None, None, "sum", -1)],
+    "b300-8gpu-allreduce-oci-excerpt-1.txt": [("threads", 1, 8, None, None, None, "nccl 2.28.9", "allreduce", "sum",
+                                               -1)],
     "dgx1-v100-8gpu-allreduce-1.txt": [("threads", 1, 8, 8, 1, 1, None, "allreduce", "sum", None)],
     "dgx2-v100-12gpu-allgather-1.txt": [("threads", 1, 12, 12, 1, 1, None, "allgather", None, None)],
     "dgx2-v100-12gpu-allreduce-1.txt": [("threads", 1, 12, 12, 1, 1, None, "allreduce", "sum", None)],
+    # trimmed device listings (only "Rank 127", "Rank 71"; ranks 0, 1, ..., 62, 63): ranks, hosts unknown
+    "gb200-nvl72-128gpu-2rack-allreduce-oci-1.txt": [("processes", 1, 1, 128, None, None, "nccl 2.29.2", "allreduce",
+                                                      "sum", -1)],
+    "gb200-nvl72-4gpu-1node-allreduce-oci-excerpt-1.txt": [("processes", 1, 1, 4, 1, 1, None, "allreduce", "sum", -1)],
+    "gb200-nvl72-72gpu-allreduce-1.txt": [("processes", 1, 1, 72, None, None, None, "allreduce", "sum", -1)],
+    "gb300-nvl72-4gpu-1node-allreduce-nvls-oci-excerpt-1.txt": [("processes", 1, 1, 4, 4, 1, "nccl 2.28.7", "allreduce",
+                                                                 "sum", -1)],
+    "gb300-nvl72-64gpu-16node-allreduce-nvls-oci-excerpt-1.txt": [("processes", 1, 1, 64, None, None, "nccl 2.28.7",
+                                                                   "allreduce", "sum", -1)],
+    "h100-2gpu-allreduce-nvls-forced-1.txt": [("threads", 1, 2, 2, 1, 1, "nccl 2.29.2", "allreduce", "sum", -1)],
+    "h100-2gpu-allreduce-ring-1.txt": [("threads", 1, 2, 2, 1, 1, "nccl 2.29.2", "allreduce", "sum", -1)],
     "h100-2node-16gpu-allreduce-1.txt": [("processes", 1, 1, 16, 16, 2, None, "allreduce", "sum", -1)],
     "h100-2node-16gpu-allreduce-2.txt": [("threads", 1, 8, 16, 2, 2, None, "allreduce", "sum", -1)],
+    "h100-4gpu-allreduce-auto-ring-1.txt": [("threads", 1, 4, 4, 1, 1, "nccl 2.29.2", "allreduce", "sum", -1)],
+    "h100-4gpu-allreduce-nvls-forced-1.txt": [("threads", 1, 4, 4, 1, 1, "nccl 2.29.2", "allreduce", "sum", -1)],
+    "h100-4gpu-allreduce-ring-1.txt": [("threads", 1, 4, 4, 1, 1, "nccl 2.29.2", "allreduce", "sum", -1)],
+    "h100-8gpu-allgather-nvlsenabled-1.txt": [("threads", 1, 8, 8, 1, 1, "nccl 2.26.2", "allgather", "none", -1)],
     "h100-8gpu-allreduce-1.txt": [("threads", 1, 8, 8, 1, 1, "nccl 2.26.2", "allreduce", "sum", -1)],
+    "h100-8gpu-allreduce-nvls-1.txt": [("threads", 1, 8, 8, 1, 1, "nccl 2.26.2", "allreduce", "sum", -1)],
+    "h100-8gpu-allreduce-ring-1.txt": [("threads", 1, 8, 8, 1, 1, "nccl 2.26.2", "allreduce", "sum", -1)],
+    "h200-2node-16gpu-allreduce-roce-1.txt": [("threads", 1, 8, 16, 2, 2, "nccl 2.30.4", "allreduce", "sum", -1)],
     "mi250-16gcd-allreduce-excerpt.txt": [("processes", 1, 1, 16, 16, None, None, "allreduce", "sum", None)],
     "mi300x-2node-16gpu-allreduce-1.txt": [("processes", 1, 1, 16, 16, 2, "rccl 2.22.3", "allreduce", "sum", -1)],
     "mi300x-8gpu-allreduce-1.txt": [("threads", 1, 8, 8, 1, 1, None, "allreduce", "sum", -1)],
     "mi300x-8gpu-allreduce-2.txt": [("processes", 1, 1, 8, 8, 1, None, "allreduce", "sum", -1)],
+    "mi355x-2node-16gpu-allreduce-1.txt": [("processes", 1, 1, 16, 16, 2, "rccl 2.26.6", "allreduce", "sum", -1)],
+    "mi355x-8gpu-allreduce-oci-pollara-excerpt-1.txt": [("processes", 1, 1, None, None, None, None, "allreduce",
+                                                         "sum", -1)],
+}
+
+# What each file says NCCL was allowed to do (NCCL_ALGO / NCCL_NVLS_ENABLE / NCCL_COLLNET_ENABLE as its
+# header or commands state them, the first statement in prose winning; None: stated unset), and per
+# file the algorithms NCCL's per-call lines name. Files that state nothing are absent.
+EXPECTED_SETTINGS = {
+    "gb200-nvl72-72gpu-allreduce-1.txt": {"NCCL_NVLS_ENABLE": "0", "NCCL_COLLNET_ENABLE": "0"},
+    "gb300-nvl72-4gpu-1node-allreduce-nvls-oci-excerpt-1.txt": {"NCCL_NVLS_ENABLE": "1"},
+    "gb300-nvl72-64gpu-16node-allreduce-nvls-oci-excerpt-1.txt": {"NCCL_NVLS_ENABLE": "1"},
+    "h100-2gpu-allreduce-nvls-forced-1.txt": {"NCCL_ALGO": "NVLS"},
+    "h100-2gpu-allreduce-ring-1.txt": {"NCCL_ALGO": "Ring"},
+    "h100-4gpu-allreduce-auto-ring-1.txt": {"NCCL_ALGO": None},
+    "h100-4gpu-allreduce-nvls-forced-1.txt": {"NCCL_ALGO": "NVLS"},
+    "h100-4gpu-allreduce-ring-1.txt": {"NCCL_ALGO": "Ring"},
+    "h100-8gpu-allgather-nvlsenabled-1.txt": {"NCCL_ALGO": None, "NCCL_NVLS_ENABLE": "1", "NCCL_COLLNET_ENABLE": "0"},
+    "h100-8gpu-allreduce-1.txt": {"NCCL_ALGO": "Ring"},  # "NCCL_ALGO=Ring presumably", says its header
+    # the companion file's "NCCL_ALGO=RING NCCL_NVLS_ENABLE=0" comes later in the header: the first statement wins
+    "h100-8gpu-allreduce-nvls-1.txt": {"NCCL_ALGO": None, "NCCL_NVLS_ENABLE": "1", "NCCL_COLLNET_ENABLE": "0"},
+    "h100-8gpu-allreduce-ring-1.txt": {"NCCL_ALGO": "RING", "NCCL_NVLS_ENABLE": "0", "NCCL_COLLNET_ENABLE": "0"},
+    "mi355x-2node-16gpu-allreduce-1.txt": {"NCCL_ALGO": None},
+}
+EXPECTED_CALLS = {
+    "h100-2gpu-allreduce-nvls-forced-1.txt": {("nvls", "simple")},
+    "h100-2gpu-allreduce-ring-1.txt": {("ring", "simple")},
+    "h100-4gpu-allreduce-auto-ring-1.txt": {("ring", "simple")},
+    "h100-4gpu-allreduce-nvls-forced-1.txt": {("nvls", "simple")},
+    "h100-4gpu-allreduce-ring-1.txt": {("ring", "simple")},
 }
 
 
@@ -86,19 +160,34 @@ def _data_lines(name: str) -> list[tuple[int, list[str]]]:
 @needs_logs
 def test_every_shared_file_is_listed_here():
     assert FILES == sorted(EXPECTED_ROWS) == sorted(EXPECTED_RUNS)
+    assert set(EXPECTED_SETTINGS) <= set(FILES) and set(EXPECTED_CALLS) <= set(FILES)
+
+
+@needs_logs
+@pytest.mark.parametrize("name", FILES)
+def test_nccl_settings_and_calls(name):
+    """What each run let NCCL do, and the algorithm NCCL logged per size (one per row where it did)."""
+    for run in _runs(name):
+        assert run.nccl_settings == EXPECTED_SETTINGS.get(name, {})
+        assert {(c.algorithm, c.protocol) for c in run.calls} == EXPECTED_CALLS.get(name, set())
+        if run.calls:
+            assert sorted(c.size_bytes for c in run.calls) == [r.size_bytes for r in run.rows]
 
 
 @needs_logs
 @pytest.mark.parametrize("name", FILES)
 def test_rows_are_the_files_data_lines(name):
-    """Every line that looks like data is one row, in order, with the values printed on it (all 14
-    files have in-place columns and a check column, so out-of-place time is the 8th field from the
-    end, in-place time the 4th)."""
+    """Every line that looks like data is one row, in order, with the values printed on it (files
+    with in-place columns have a check column, so out-of-place time is the 8th field from the end,
+    in-place time the 4th; the one abbreviated file has out-of-place time, algbw and busbw last)."""
     rows = [row for run in _runs(name) for row in run.rows]
     lines = _data_lines(name)
     assert [row.line for row in rows] == [n for n, _ in lines]
     for row, (_, fields) in zip(rows, lines):
         assert (row.size_bytes, row.count, row.dtype) == (int(fields[0]), int(fields[1]), fields[2])
+        if row.inplace_time_us is None:
+            assert (row.time_us, row.algbw_gbps, row.busbw_gbps) == tuple(float(f) for f in fields[-3:])
+            continue
         assert (row.time_us, row.algbw_gbps, row.busbw_gbps) == tuple(float(f) for f in fields[-8:-5])
         assert (row.inplace_time_us, row.inplace_algbw_gbps, row.inplace_busbw_gbps) == tuple(
             float(f) for f in fields[-4:-1])

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from synth.cli.main import main
 from synth.core.errors import InputError
 from synth.core.library import resolve_topology
+from synth.core.subset import sub_topology
 from synth.measure import doctor
 from synth.measure.calibration import DEFAULTS, Calibration
 from synth.measure.fit import Measured, fit, model_us
+from synth.measure.nccl_env import Allowed
 from synth.measure.runtime import Launch, describe, launch_us, nccl_options, nccl_time
 
 LOGS = Path(__file__).resolve().parents[3] / "shared" / "nccl-tests-logs"
@@ -27,13 +29,28 @@ def test_machine_description_reads_the_topology():
     assert (h100.ring_gbps, h100.gpu_gbps, h100.nic_gbps, h100.machines) == (450.0, 450.0, 0.0, 1)
     assert (pair.ranks, pair.machines, pair.nic_gbps) == (16, 2, 400.0)
     assert describe(resolve_topology("mi300x")).vendor == "rccl"
+    assert (h100.nvls_gbps, h100.nvls_ranks, h100.nvls_domains, h100.sharp) == (450.0, 8, 1, False)
+    assert (pair.nvls_ranks, pair.nvls_domains, pair.sharp) == (8, 2, False)
+    assert describe(resolve_topology("h100x2+sharp")).sharp and describe(resolve_topology("dgx2")).nvls_domains == 0
+
+
+def test_nvls_runs_each_port_at_n_plus_one_over_n_of_the_buffer():
+    """At 8 GiB NVLS allreduce takes (n+1)/n x S over the port at efficiency_nvls, plus small terms;
+    the ring (NVLS off) 2(n-1)/n x S over the bus at efficiency_nvlink."""
+    cal, size = Calibration(), 8 * 2**30
+    for ranks in (2, 4, 8):
+        machine = describe(sub_topology(resolve_topology("h100"), tuple(range(ranks))))
+        nvls = [c for c in nccl_options(machine, "allreduce", size, cal, Launch("processes")) if c.algorithm == "nvls"]
+        ideal = size * (ranks + 1) / ranks / (450 * cal.get("efficiency_nvls") * 1e3)
+        assert len(nvls) == 1 and nvls[0].protocol == "simple" and ideal < nvls[0].time_us < ideal * 1.01
 
 
 def test_large_sizes_run_at_the_effective_rate():
     """At 8 GiB the ring's time is S x 2(n-1)/n over bus bandwidth x efficiency, plus small terms."""
     cal = Calibration()
     size = 8 * 2**30
-    took = nccl_time(describe(resolve_topology("h100")), "allreduce", size, cal, Launch("processes")).time_us
+    took = nccl_time(describe(resolve_topology("h100")), "allreduce", size, cal, Launch("processes"),
+                     allowed=Allowed(nvls=False)).time_us
     ideal = size * 1.75 / (450 * cal.get("efficiency_nvlink") * 1e3)
     assert ideal < took < ideal * 1.01
 
@@ -47,14 +64,17 @@ def test_launch_is_a_floor_that_grows_with_the_gpus_a_thread_drives():
 
 
 def test_protocols_trade_latency_for_bandwidth():
-    m, cal = describe(resolve_topology("h100")), Calibration()
+    m, cal, off = describe(resolve_topology("h100")), Calibration(), Allowed(nvls=False)
     small = nccl_time(m, "allreduce", 4096, cal, Launch("processes", 1))
-    large = nccl_time(m, "allreduce", 2**30, cal, Launch("processes", 1))
+    large = nccl_time(m, "allreduce", 2**30, cal, Launch("processes", 1), allowed=off)
     assert small.protocol == "ll" and large.protocol == "simple"
     assert small.channels == 1 and large.channels == DEFAULTS["max_channels"]
     algorithms = {o.algorithm for o in nccl_options(m, "allreduce", 2**20, cal, Launch("processes"))}
-    assert algorithms == {"ring", "tree"}
-    assert {o.algorithm for o in nccl_options(m, "allgather", 2**20, cal, Launch("processes"))} == {"ring"}
+    assert algorithms == {"ring", "tree", "nvls"}
+    assert {o.algorithm for o in nccl_options(m, "allgather", 2**20, cal, Launch("processes"))} == {"ring", "nvls"}
+    assert {o.algorithm for o in nccl_options(m, "allgather", 2**20, cal, Launch("processes"), allowed=off)} == {"ring"}
+    dgx1 = describe(resolve_topology("dgx1"))
+    assert {o.algorithm for o in nccl_options(dgx1, "allreduce", 2**20, cal, Launch("processes"))} == {"ring", "tree"}
 
 
 def test_more_efficient_links_are_faster_and_time_grows_with_size():
