@@ -15,7 +15,7 @@ any protocol pays: the result bounds the step model under the terms, every proto
 >>> ring = Topology("uring4", 4, tuple(Link(i, (i + 1) % 4, 25.0, 0.7, kind="nvlink") for i in range(4)))
 >>> b = runtime_bounds(ring, allgather(4), Calibration().terms())
 >>> round(b.busbw_gbps, 3)  # 25 GB/s x efficiency_nvlink
-18.525
+19.42
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ custom runtime at all.
 >>> from synth.measure.calibration import load_calibration
 >>> rows = nccl_tuning(resolve_topology("dgx1"), "allreduce", [1 << 20, 1 << 24], load_calibration("default"))
 >>> [(r["algorithm"], r["protocol"], r["channels"], round(r["gain"], 2)) for r in rows]
-[('ring', 'll', 32, 1.0), ('ring', 'll128', 32, 1.1)]
+[('ring', 'll', 32, 1.0), ('ring', 'll128', 32, 1.17)]
 """
 
 from __future__ import annotations
