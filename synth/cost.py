@@ -374,7 +374,15 @@ def _switch_costs(schedule: Schedule, rates: "_Rates", b: float, group_time: Map
     """switch_costs(entry) -> (alpha, [(port key, time)], [(group key, time)]) for the simulator:
     an entry holds the out-port of every src and the in-port of every dst for b / port
     bandwidth, and the groups those ports share for their times."""
+    known: dict = {}
+
     def costs(entry):
+        key = (entry.switch, entry.srcs, entry.dsts)
+        if key not in known:
+            known[key] = _entry_costs(entry)
+        return known[key]
+
+    def _entry_costs(entry):
         switch = schedule.topology.switch(entry.switch)
         kind = switch_kind(switch)
         took = b / (rates.link_bandwidth(switch.bandwidth, kind) * 1e3)
@@ -503,13 +511,15 @@ def busbw_gbps(size_bytes: float, time_us: float, factor: Any) -> float:
 
 def cost_rows(
     schedule: Schedule, sizes: Iterable[int], bounds: Any = None, protocol: str | Protocol = "ideal",
-    terms: RuntimeTerms | None = None,
+    terms: RuntimeTerms | None = None, simulated: Any = None,
 ) -> list[dict[str, Any]]:
     """One row per size: step-model and simulated times, algbw/busbw, fraction of the bound,
     and the protocol (for ``best``: the one picked at that size). Times are under the protocol
     (and the runtime ``terms``; then ``channels`` says how many thread blocks per link they assume).
 
     ``bounds`` is a ``synth.bounds.lower_bounds.Bounds`` (anything with ``time_us(size)``) or None.
+    ``simulated``: the sizes to run the event simulation at (None: every size); elsewhere
+    ``sim_time_us`` is None.
     """
     loads = step_loads(schedule)
     best = isinstance(protocol, str) and protocol == "best"
@@ -521,7 +531,8 @@ def cost_rows(
             "size": size,
             "protocol": name,
             "step_time_us": step,
-            "sim_time_us": simulate_us(schedule, size, fixed or name, terms),
+            "sim_time_us": (simulate_us(schedule, size, fixed or name, terms)
+                            if simulated is None or size in simulated else None),
             "algbw_gbps": algbw_gbps(size, step),
             "busbw_gbps": busbw_gbps(size, step, schedule.collective),
             "bound_time_us": None,

@@ -121,6 +121,9 @@ def against_bounds(model: list[ModelPoint] | None, bound: list[dict]) -> list[Mo
             for p, row in zip(model, bound)]
 
 
+SIMULATED_TRANSFERS = 100_000  # above this many sends and switch entries a schedule is simulated at TABLE_SIZES only
+
+
 def bounds_of(topology: Topology, collective, terms: RuntimeTerms | None):
     """The lower bounds every row is measured against (under ``terms``: the runtime's)."""
     if terms is None:
@@ -164,7 +167,9 @@ def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
         if blocks is None and budget is not None:
             continue  # cannot run within the budget
         mine = capped(terms, blocks or 1, budget)
-        rows = _with_blocks(_with_own_bound(cost_rows(c.schedule, sizes, reference, "best", mine), own[key]), blocks)
+        simulated = set(TABLE_SIZES) if c.schedule.send_count + c.schedule.switch_count > SIMULATED_TRANSFERS else None
+        rows = _with_blocks(_with_own_bound(cost_rows(c.schedule, sizes, reference, "best", mine, simulated),
+                                            own[key]), blocks)
         table = _with_blocks(_with_own_bound(cost_rows(c.schedule, TABLE_SIZES, reference, "best", mine), own[key]),
                              blocks)
         out.append(Evaluation(c, tuple(rows), tuple(table), blocks))
