@@ -152,7 +152,8 @@ def _measured(topology: Topology, coll: Collective, limit: int, links: frozenset
 
 def peer_view(topology: Topology, choice: PeerChoice) -> Topology:
     """``topology`` with only the chosen links (groups keep their bandwidth over the links they
-    still hold; NICs and machines unchanged), its sources saying so."""
+    still hold; NICs and machines unchanged; no switches: a peer budget plans point-to-point
+    sends), its sources saying so."""
     return _restricted(topology, choice.links,
                        f"peer budget: at most {choice.limit} send and {choice.limit} receive peers per rank "
                        f"({len(choice.links)} of {len(topology.links)} links kept)")
@@ -161,7 +162,8 @@ def peer_view(topology: Topology, choice: PeerChoice) -> Topology:
 def _restricted(topology: Topology, keep: frozenset[Key], note: str) -> Topology:
     links = tuple(link for link in topology.links if link.key in keep)
     groups = tuple(replace(g, links=kept) for g in topology.groups if (kept := tuple(k for k in g.links if k in keep)))
-    return replace(topology, links=links, groups=groups, sources=topology.sources + ((note,) if note else ()))
+    return replace(topology, links=links, groups=groups, switches=(),
+                   sources=topology.sources + ((note,) if note else ()))
 
 
 def rank_loads(coll: Collective) -> tuple[list[float], list[float]]:
