@@ -51,11 +51,15 @@ def footprint(schedule: Schedule, kind: str, budget: int | None = None) -> int |
         return None
 
 
+LOWERED_WITHIN = 100_000  # transfers above which a schedule is not lowered again within each budget
+
+
 class Footprints:
     """``footprint`` remembered per schedule: the default lowering and one channel per pair (the
     fewest blocks) first. Under a budget a schedule takes the fewer of the two (more instances
     fit); when both are too many, the lowering within the budget (every connection paired, then
-    fewer channels); when that fails too it is left out."""
+    fewer channels; not for schedules of more than ``LOWERED_WITHIN`` sends and switch entries,
+    whose lowering takes minutes); when that fails too it is left out."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[int, object], int | None] = {}
@@ -73,7 +77,7 @@ class Footprints:
         best = min((b for b in (free, fewest) if b is not None), default=None)
         if best is not None and best <= budget:
             return best
-        if fewest_blocks(schedule) > budget:
+        if fewest_blocks(schedule) > budget or schedule.send_count + schedule.switch_count > LOWERED_WITHIN:
             return None
         return self._once(schedule, budget, lambda: footprint(schedule, kind, budget))
 
@@ -142,7 +146,8 @@ def budget_markdown(curve: list[dict], budget: int | None, evaluations: list) ->
     lines = ["## Thread blocks per rank (SMs)", "", head + " A schedule takes its lowering's thread blocks per "
              "instance and runs as many instances as the runtime terms give its protocol at a size (NCCL: one "
              "block per channel), so a budget caps its bandwidth; a schedule that cannot be lowered within it is "
-             "left out. `synth report ... --max-threadblocks N` selects within N. threadblocks.png draws this table.",
+             "left out (so is one of more than 100,000 transfers that its own lowerings do not fit). `synth report ... "
+             "--max-threadblocks N` selects within N. threadblocks.png draws this table.",
              "", f"Thread blocks per rank per instance: {blocks}.", "",
              "| budget | size | fastest synthesized | us | NCCL us | NCCL / synthesized |", "|---|---|---|---|---|---|"]
     for row in curve:
