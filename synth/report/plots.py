@@ -91,10 +91,13 @@ def assign_styles(series: list[Series]) -> dict[str, Style]:
 
 
 def bound_label(doc: dict[str, Any]) -> str:
-    """The bound line's legend: for allreduce it is the reduce-scatter + allgather composition
-    bound, which schedules that reduce in flight (trees) can pass."""
-    if doc.get("collective") == "allreduce":
+    """The bound line's legend: for allreduce on point-to-point machines it is the reduce-scatter
+    + allgather composition, which schedules that reduce in flight (trees) can pass; where the
+    machine's switch reduces it is the proven bound (``bounds.convention`` false)."""
+    if doc.get("collective") == "allreduce" and doc.get("bounds", {}).get("convention", True):
         return "lower bound (RS + AG; trees may pass it)"
+    if doc.get("collective") == "allreduce":
+        return "lower bound (proven: every GPU sends and receives the buffer)"
     return "lower bound (collective)"
 
 

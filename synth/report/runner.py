@@ -91,7 +91,7 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     b = lower_bounds(topo, make_collective(collective, topo.ranks))
     bounds = {"steps": b.steps,
               "rounds_per_chunk": None if b.rounds_per_chunk is None else str(Fraction(b.rounds_per_chunk)),
-              "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps}
+              "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps, "convention": b.proven is not None}
     if terms is not None:
         bounds["runtime_busbw_gbps"] = bound_rows(topo, collective, grid[-1:], terms)[0]["busbw_gbps"]
     costing = {"calibration": None if terms is None else terms.label, "nccl_model": model,
