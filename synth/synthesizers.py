@@ -236,8 +236,7 @@ class Greedy(_Planner):
             return None
         if problem.chunks is None:
             return switch_plan(problem.topology, problem.collective, problem.at_size)
-        fitting = [s for s in variants(problem.topology, problem.collective)
-                   if s.collective.chunks_per_rank == problem.chunks]
+        fitting = list(variants(problem.topology, problem.collective, problem.chunks))
         if not fitting:
             options.say(f"greedy: no switch plan has {problem.chunks} chunks per rank; point-to-point pipeline")
             return None

@@ -119,11 +119,13 @@ def switch_plans(topology: Topology, collective: str, sizes, terms=None) -> dict
 @dataclass(frozen=True)
 class Family:
     """Pipelined variants alike but for their depth: ``build(pieces)`` makes one; ``lag`` is
-    how many steps a slice set's last step trails its first (set t runs in steps t..t+lag)."""
+    how many steps a slice set's last step trails its first (set t runs in steps t..t+lag);
+    a member has ``pieces x slices`` chunks per rank."""
 
     build: Callable[[int], Schedule]
     lag: int
     pieces: tuple[int, ...]
+    slices: int = 1
 
     def loads(self):
         """(pieces, StepLoads) for every depth, from members of at most lag + 1 pieces."""
@@ -162,15 +164,17 @@ def families(topology: Topology, collective: str) -> list[Family]:
         return [Family(lambda k: _allgather(topology, switch), 0, (1,))]
     shares = [(1, 0)] + ([(n - 1, 1)] if n > 2 and _full_mesh(topology) else [])
     return [Family(lambda k, s=slices, p=p2p: _allreduce(topology, switch, k, s, p), 1,
-                   tuple(k for k in depths if k * slices * n <= MAX_TOTAL_CHUNKS))
+                   tuple(k for k in depths if k * slices * n <= MAX_TOTAL_CHUNKS), slices)
             for slices, p2p in shares]
 
 
-def variants(topology: Topology, collective: str):
-    """Every variant ``switch_plans`` chooses from, built (not yet verified), one at a time."""
+def variants(topology: Topology, collective: str, chunks: int | None = None):
+    """Every variant ``switch_plans`` chooses from (with ``chunks``: those of that many chunks
+    per rank), built (not yet verified), one at a time."""
     for family in families(topology, collective):
         for pieces in family.pieces:
-            yield family.build(pieces)
+            if chunks is None or pieces * family.slices == chunks:
+                yield family.build(pieces)
 
 
 def _full_mesh(topology: Topology) -> bool:
