@@ -71,6 +71,10 @@ def test_across_machines_verifies_and_keeps_the_nics_busy():
     schedule = _across_machines(topology, machine_switches(topology), 3)
     assert verify(schedule) == []
     assert len(schedule.steps) == 3 + 3
+    net = {link.key for link in topology.links if link.kind == "net"}
+    overlapped = [step for step in schedule.steps
+                  if step.switches and any((s.src, s.dst) in net for s in step.sends)]
+    assert len(overlapped) >= 2  # NIC sends of one set run beside the switch entries of another
 
 
 def test_where_it_does_not_apply(h100):
