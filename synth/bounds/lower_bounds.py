@@ -56,7 +56,7 @@ from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
 from synth.bounds.flow import Demand, flow_lp, flow_variables
 from synth.bounds.moe_cuts import MOE_NAMES, moe_bounds
 from synth.bounds.steps import latency_floor, steps_bound
-from synth.bounds.switches import port_view, reducing
+from synth.bounds.switches import exchange_limit, port_view, reducing
 from synth.core.collective import Collective
 from synth.core.reductions import DUAL, Part
 from synth.core.topology import Topology
@@ -158,12 +158,16 @@ def _switch_bounds(topology: Topology, collective: Collective) -> Bounds:
         return replace(_bounds(view, collective, steps, replace(limit, links=0.0, method=note), None),
                        topology=topology.name)
     direct = replace(_direct_limit(view, collective, 0), links=0.0, method=note)
+    exchange = exchange_limit(topology, collective)
+    if exchange is not None:
+        direct = replace(_best(exchange, direct), method=f"{note}; {exchange.method}")
     proven = replace(_bounds(view, collective, steps, direct, None), topology=topology.name)
     if reducing(topology):
         names = [s.name for s in topology.switches if s.reduce or s.reduce_multicast]
         switches = ", ".join(names) if len(names) <= 3 else f"{names[0]} .. {names[-1]} ({len(names)} switches)"
-        return replace(proven, binding=f"{proven.binding}; every rank sends and receives the buffer "
-                                       f"(in-switch reduction: {switches})")
+        claim = "" if exchange is not None and direct.binding == exchange.binding else \
+            "; every rank sends and receives the buffer"
+        return replace(proven, binding=f"{proven.binding}{claim} (in-switch reduction: {switches})")
     composed = _best(_composition(view, collective, 0), direct)
     return replace(_bounds(view, collective, steps, replace(composed, links=0.0, method=note), proven),
                    topology=topology.name)

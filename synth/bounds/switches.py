@@ -17,7 +17,10 @@ bound), and:
 - no link-only bound (data may travel through ports only);
 - allreduce on a machine with a reducing switch reports the proven bound (every rank sends and
   receives the whole buffer: busbw 2(n-1)/n x port rate, section 4.2), not the
-  reduce-scatter + allgather convention, which in-switch reduction beats.
+  reduce-scatter + allgather convention, which in-switch reduction beats;
+- where no switch reduces and multicasts in one pass, the exchange bound (``exchange_limit``)
+  tightens it: a switch's sum replaces its destination's copy, so every element costs the ranks
+  together ``in + (n-2) out >= n^2 - 2`` chunk transfers (the proof is in docs/bounds.md).
 
 ``nvls_busbw_gbps`` is the figure for NVLS as built (each port moves (n+1)/n of the buffer each
 way: busbw 2(n-1)/(n+1) x port rate, section 4.2 item 4); it bounds NCCL's NVLS, not every schedule.
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from synth.bounds.cuts import Limit, network_of
+from synth.bounds.flow import cut_rate
 from synth.core.collective import Collective
 from synth.core.topology import Group, Link, Topology
 
@@ -87,3 +92,42 @@ def nvls_busbw_gbps(topology: Topology, collective: Collective) -> float | None:
         if switch.reduce and switch.multicast and len(switch.ranks) == n and collective.name == "allreduce":
             return 2 * (n - 1) / (n + 1) * switch.bandwidth
     return None
+
+
+def exchange_applies(topology: Topology, collective: Collective) -> bool:
+    """Whether ``exchange_limit`` holds: an allreduce of n >= 3 ranks on a machine with a reducing
+    switch and none that reduces and multicasts in one pass (the proof's case analysis)."""
+    everyone = frozenset(range(collective.ranks))
+    return (collective.combining and collective.ranks >= 3 and reducing(topology)
+            and not any(s.reduce_multicast for s in topology.switches)
+            and all(p == everyone for p in collective.pre + collective.post))
+
+
+def exchange_limit(topology: Topology, collective: Collective) -> Limit | None:
+    """The exchange bound of an allreduce through switches whose sums replace (None where
+    ``exchange_applies`` does not hold).
+
+    Per chunk, the chunk transfers into ranks (``in``, links and ports) and out of them (``out``)
+    satisfy in + (n-2) out >= n^2 - 2 (docs/bounds.md). Rank r moves at most in_r / out_r chunks
+    per unit of time (its in and out rates on the port view, under groups), so the time x per
+    unit of capacity obeys x (sum in_r + (n-2) sum out_r) >= chunks (n^2 - 2). On n ranks of
+    equal rate R that is (n^2-2)/(n(n-1)) of the buffer per rank over R (NVLS as built moves
+    (n+1)/n; the plain cut, 1)."""
+    if not exchange_applies(topology, collective):
+        return None
+    view = port_view(topology)
+    n, net = collective.ranks, network_of(view)
+    need = len(collective.pre) * (n * n - 2)
+    full = need / _weighted_rate(net, n, net.bandwidth, net.group_bandwidth)
+    rounds = None if net.capacity is None else need / _weighted_rate(net, n, net.capacity, net.group_capacity)
+    binding = f"in + {n - 2} x out >= {n * n - 2} transfers per chunk (a switch's sum replaces its destination's copy)"
+    return Limit(full, 0.0, rounds, binding, None if rounds is None else binding, "exchange bound (docs/bounds.md)")
+
+
+def _weighted_rate(net, n: int, values, groups) -> float:
+    """sum over ranks of in-rate + (n-2) x out-rate, each under the groups (``cut_rate``)."""
+    total = 0.0
+    for rank in range(n):
+        total += cut_rate(net, net.dst == rank, values, groups)[0]
+        total += (n - 2) * cut_rate(net, net.src == rank, values, groups)[0]
+    return total

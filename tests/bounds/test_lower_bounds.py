@@ -314,11 +314,12 @@ def test_switch_schedules_respect_the_switch_bounds(coll, chunks):
     _check_valid_schedule(schedule)
 
 
-def test_a_reducing_switch_lifts_the_allreduce_bound_to_the_whole_buffer_per_port():
-    """in-network.md 4.2: every GPU sends and receives M, busbw 2(n-1)/n x 450 = 787.5 on h100;
-    allgather and reduce-scatter gain nothing (450)."""
+def test_a_reducing_switch_lifts_the_allreduce_bound_to_the_exchange_bound():
+    """in-network.md 4.2: every GPU sends and receives M (busbw 2(n-1)/n x 450 = 787.5 on h100),
+    and with sums that replace, (n^2-2)/(n(n-1)) M (711.3, docs/bounds.md); allgather and
+    reduce-scatter gain nothing (450)."""
     h100 = resolve_topology("h100")
-    assert lower_bounds(h100, allreduce(8)).busbw_gbps == pytest.approx(787.5)
+    assert lower_bounds(h100, allreduce(8)).busbw_gbps == pytest.approx(787.5 * 56 / 62)
     assert lower_bounds(h100, allgather(8)).busbw_gbps == pytest.approx(450.0)
     assert lower_bounds(h100, reduce_scatter(8)).busbw_gbps == pytest.approx(450.0)
     plain = replace(h100, switches=())
@@ -377,6 +378,7 @@ def test_latency_floor_counts_the_nic_alpha_every_crossing_pays():
 
 def test_the_port_view_keeps_whole_capacities():
     """h100's port view widens every link to 900 GB/s; rounds still apply at the machine's own
-    capacities (a GPU's group carries one chunk a round): allreduce needs 8 rounds per chunk."""
+    capacities (a GPU's group carries one chunk a round): allreduce needs 8 rounds per chunk by the
+    cut, 62/7 by the exchange bound (each of 8 ranks moves one chunk in and one out a round)."""
     b = lower_bounds(resolve_topology("h100"), allreduce(8))
-    assert b.rounds_per_chunk == Fraction(8)
+    assert b.rounds_per_chunk == Fraction(62, 7)
