@@ -160,7 +160,9 @@ class RuntimeTerms:
       network link;
     - the call adds latency_scale x P's base latency, and under Simple the pipeline fill
       fill_us x min(1, S / fill_bytes);
-    - the call takes at least ``launch_us`` (calls queue behind the CPU).
+    - the call takes at least ``launch_us`` (calls queue behind the CPU), and a call with switch
+      entries at least ``switch_floor_us`` (NVLS's latency: what a call through the switch
+      takes however little it moves, as NCCL's NVLS runs are measured).
 
     Links without a kind take the efficiency of ``UNKNOWN_KIND_ROW``.
     """
@@ -175,6 +177,7 @@ class RuntimeTerms:
     fill_us: float
     fill_bytes: float
     launch_us: float
+    switch_floor_us: float = 0.0
 
     def channels(self, size_bytes: float, protocol: str) -> int:
         """Thread blocks per link for a call of ``size_bytes`` under ``protocol``."""
@@ -234,11 +237,14 @@ def _rates(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float) -> _R
                   terms.channels(size_bytes, proto.name) * terms.channel_gbps[proto.name])
 
 
-def _call_total(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float, steps_us: float) -> float:
-    """The call's time from its steps' sum: the protocol's base latency, and the runtime's terms."""
+def _call_total(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float, steps_us: float,
+                switched: bool = False) -> float:
+    """The call's time from its steps' sum: the protocol's base latency, and the runtime's terms
+    (``switched``: the call has switch entries, so the switch's floor applies too)."""
     if terms is None:
         return steps_us + proto.base_us
-    return max(terms.launch_us, steps_us + terms.call_us(proto, size_bytes))
+    floor = max(terms.launch_us, terms.switch_floor_us) if switched else terms.launch_us
+    return max(floor, steps_us + terms.call_us(proto, size_bytes))
 
 
 # ---------------------------------------------------------------------------- step model
@@ -276,9 +282,16 @@ class StepLoads:
     def time_us(self, size_bytes: float, protocol: str | Protocol = "ideal",
                 terms: RuntimeTerms | None = None) -> float:
         """The schedule's time: the sum of its steps plus the per-call terms (the protocol's base
-        latency; with ``terms`` also the pipeline fill and the launch floor)."""
+        latency; with ``terms`` also the pipeline fill, the launch floor and, with switch
+        entries, the switch's floor)."""
         proto = protocol_of(protocol)
-        return _call_total(proto, terms, size_bytes, sum(self.step_times_us(size_bytes, proto, terms)))
+        return _call_total(proto, terms, size_bytes, sum(self.step_times_us(size_bytes, proto, terms)),
+                           self.switched)
+
+    @property
+    def switched(self) -> bool:
+        """Whether the schedule has switch entries (it then runs under ``SWITCH_PROTOCOLS`` only)."""
+        return self.protocols == SWITCH_PROTOCOLS
 
     def best(self, size_bytes: float, terms: RuntimeTerms | None = None) -> tuple[str, float]:
         """(name, time) of the fastest of its ``protocols`` at this size."""
@@ -367,7 +380,7 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
 
     switch_costs = _switch_costs(schedule, rates, b, group_time)
     makespan = event_makespan(schedule.steps, schedule.collective, costs, switch_costs)
-    return _call_total(proto, terms, size_bytes, makespan)
+    return _call_total(proto, terms, size_bytes, makespan, bool(schedule.switch_count))
 
 
 def _switch_costs(schedule: Schedule, rates: "_Rates", b: float, group_time: Mapping[str, float]):

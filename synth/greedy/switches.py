@@ -14,6 +14,13 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   (n^2 - 2)/(n(n-1)) (1.107 at n = 8; NCCL's NVLS moves (n+1)/n = 1.125 each way and the
   point-to-point limit is 2(n-1)/n = 1.75). The buffer is cut into ``pieces`` slice sets,
   pipelined: step t reduces set t while set t-1 is multicast.
+- **allreduce, shaped pipeline.** The pipeline above idles half a port at its ends (its first
+  step only reduces: ports send; its last only multicasts: ports receive). Here a small LP
+  (``synth.greedy.shaped``) chooses, for each step count, how much of the buffer each step
+  reduces through the switch or point to point and spreads by multicast or point to point, at
+  the rates of the ports, groups and links (under ``terms`` when given). With one rate everywhere
+  that is the geometric pipeline: step 0 reduces point to point, then each piece is (n-2)/(n-1)
+  of the one before, every step balanced, approaching the exchange bound (docs/bounds.md).
 - **allreduce across machines** (each machine one such switch domain of G ranks, rank g of
   every machine joined to rank g of every other by the fabric: NCCL's rails). Per slice set,
   four steps, pipelined so set t's step i runs with set t-1's step i+1: the switch reduces each
@@ -28,8 +35,9 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   receives (n-1)/n of the buffer, the allgather bound, in one step (NCCL's NVLS writes the
   shard to its own port too: M in).
 
-``switch_plan`` times every variant (pieces 1, 2, 4, ... and the shares 0 and 1/(n-1)) and keeps
-the fastest at the size in the step model (under ``terms`` when given), built and verified.
+``switch_plan`` times every variant (pieces 1, 2, 4, ... and the shares 0 and 1/(n-1); the
+shaped pipeline at 3 to 32 steps) and keeps the fastest at the size in the step model (under
+``terms`` when given), built and verified.
 
 >>> from synth.core.library import resolve_topology
 >>> plan = switch_plan(resolve_topology("h100"), "allreduce", 1 << 30)
@@ -46,9 +54,12 @@ from synth.core import collectives
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule, Send, Step, SwitchSend, rounds_needed
 from synth.core.topology import Switch, Topology
+from synth.greedy.shaped import Rates, pipeline_shape, slot_plan
 from synth.verify import checked
 
 PIECES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+SHAPED_STEPS = (3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 24, 32)  # steps of the shaped pipelines timed
+SHAPED_SLOTS = 64  # chunks per rank per step of a shaped pipeline (fewer where MAX_TOTAL_CHUNKS says so)
 MAX_TOTAL_CHUNKS = 1 << 14  # chunks of the whole collective a variant may have (ranks x chunks per rank)
 COLLECTIVES = ("allreduce", "allgather")
 
@@ -106,7 +117,7 @@ def switch_plans(topology: Topology, collective: str, sizes, terms=None) -> dict
     if why is not None:
         raise InputError(f"switch plan on {topology.name}: {why}")
     best: dict = {}
-    for family in families(topology, collective):
+    for family in families(topology, collective, terms):
         for pieces, loads in family.loads():
             for size in sizes:
                 took = loads.time_us(size) if terms is None else loads.best(size, terms)[1]
@@ -123,14 +134,24 @@ class Family:
     a member has ``pieces x slices`` chunks per rank."""
 
     build: Callable[[int], Schedule]
-    lag: int
+    lag: int | None
     pieces: tuple[int, ...]
     slices: int = 1
+    chunks_of: Callable[[int], int] | None = None  # chunks per rank of a member (None: pieces x slices)
+
+    def chunks(self, pieces: int) -> int:
+        """Chunks per rank of the ``pieces``-deep member."""
+        return pieces * self.slices if self.chunks_of is None else self.chunks_of(pieces)
 
     def loads(self):
-        """(pieces, StepLoads) for every depth, from members of at most lag + 1 pieces."""
+        """(pieces, StepLoads) for every depth, from members of at most lag + 1 pieces (lag None:
+        members unlike one another, each counted from itself)."""
         from synth.cost import step_loads
 
+        if self.lag is None:
+            for pieces in self.pieces:
+                yield pieces, step_loads(self.build(pieces))
+            return
         reference = self.lag + 1
         model = step_loads(self.build(reference)) if max(self.pieces) > reference else None
         for pieces in self.pieces:
@@ -151,8 +172,9 @@ def stretched(loads, lag: int, reference: int, pieces: int):
                      loads.protocols)
 
 
-def families(topology: Topology, collective: str) -> list[Family]:
-    """The variant families ``switch_plans`` chooses from (see the module)."""
+def families(topology: Topology, collective: str, terms=None) -> list[Family]:
+    """The variant families ``switch_plans`` chooses from (see the module); ``terms`` sets the
+    rates the shaped pipeline is shaped for (None: line rates)."""
     n = topology.ranks
     depths = tuple(k for k in PIECES if k * n <= MAX_TOTAL_CHUNKS)
     if topology.machine_count > 1:
@@ -162,10 +184,16 @@ def families(topology: Topology, collective: str) -> list[Family]:
     switch = domain_switch(topology)
     if collective == "allgather":
         return [Family(lambda k: _allgather(topology, switch), 0, (1,))]
-    shares = [(1, 0)] + ([(n - 1, 1)] if n > 2 and _full_mesh(topology) else [])
-    return [Family(lambda k, s=slices, p=p2p: _allreduce(topology, switch, k, s, p), 1,
-                   tuple(k for k in depths if k * slices * n <= MAX_TOTAL_CHUNKS), slices)
-            for slices, p2p in shares]
+    meshed = n > 2 and _full_mesh(topology)
+    shares = [(1, 0)] + ([(n - 1, 1)] if meshed else [])
+    out = [Family(lambda k, s=slices, p=p2p: _allreduce(topology, switch, k, s, p), 1,
+                  tuple(k for k in depths if k * slices * n <= MAX_TOTAL_CHUNKS), slices)
+           for slices, p2p in shares]
+    if meshed:
+        rates = port_rates(topology, switch, terms)
+        out.append(Family(lambda steps: _shaped_allreduce(topology, switch, steps, rates), None, SHAPED_STEPS,
+                          chunks_of=lambda steps: shaped_slots(n, steps)))
+    return out
 
 
 def variants(topology: Topology, collective: str, chunks: int | None = None):
@@ -173,7 +201,7 @@ def variants(topology: Topology, collective: str, chunks: int | None = None):
     per rank), built (not yet verified), one at a time."""
     for family in families(topology, collective):
         for pieces in family.pieces:
-            if chunks is None or pieces * family.slices == chunks:
+            if chunks is None or family.chunks(pieces) == chunks:
                 yield family.build(pieces)
 
 
@@ -211,6 +239,57 @@ def _allreduce(topology: Topology, switch: Switch, pieces: int, slices: int, p2p
     meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": pieces,
             "p2p_share": f"{p2p}/{slices}" if p2p else "0"}
     return Schedule(topology, collectives.allreduce(n, pieces * slices), steps, meta)
+
+
+def port_rates(topology: Topology, switch: Switch, terms=None) -> Rates:
+    """The slowest rank's port, group and link rates on ``switch`` (at the runtime's efficiencies
+    under ``terms``; a rank without a group: its port and links together)."""
+    def rate(bandwidth: float, kind) -> float:
+        return bandwidth if terms is None else bandwidth * terms.efficiency_of(kind)
+
+    from synth.cost import switch_kind
+
+    port = rate(switch.bandwidth, switch_kind(switch))
+    groups = {g.name: g for g in topology.groups}
+    link = min(rate(l.bandwidth, l.kind) for l in topology.links)
+    per_rank = []
+    for rank in switch.ranks:
+        named = [groups[name] for name in (switch.out_group(rank), switch.in_group(rank)) if name in groups]
+        own = [rate(g.bandwidth, topology.group_kind(g)) for g in named]
+        per_rank.append(min(own) if own else port + link * (topology.ranks - 1))
+    return Rates(port, min(per_rank), link)
+
+
+def shaped_slots(ranks: int, steps: int) -> int:
+    """Chunks per rank of the ``steps``-step shaped pipeline on ``ranks`` ranks."""
+    return min(SHAPED_SLOTS * steps, MAX_TOTAL_CHUNKS // ranks)
+
+
+def _shaped_allreduce(topology: Topology, switch: Switch, steps: int, rates: Rates) -> Schedule:
+    """The shaped pipeline of ``steps`` steps (see the module): slot i is chunks i*n .. i*n + n-1,
+    one per head, reduced and spread as ``slot_plan`` says."""
+    n = topology.ranks
+    everyone = tuple(range(n))
+    plan = slot_plan(pipeline_shape(n, steps, rates), shaped_slots(n, steps))
+    last = max(spread for _, _, spread, _ in plan)
+    sends: list[list[Send]] = [[] for _ in range(last + 1)]
+    entries: list[list[SwitchSend]] = [[] for _ in range(last + 1)]
+    for slot, (reduced, how, spread, spread_how) in enumerate(plan):
+        for head in everyone:
+            chunk, others = slot * n + head, tuple(r for r in everyone if r != head)
+            if how == "p2p":
+                sends[reduced] += [Send(chunk, r, head, "reduce") for r in others]
+            else:
+                entries[reduced].append(SwitchSend(chunk, switch.name, everyone, (head,)))
+            if spread_how == "p2p":
+                sends[spread] += [Send(chunk, head, r) for r in others]
+            else:
+                entries[spread].append(SwitchSend(chunk, switch.name, (head,), others))
+    built = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e))
+                  for s, e in zip(sends, entries) if s or e)
+    meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": len(built),
+            "pipeline": "shaped"}
+    return Schedule(topology, collectives.allreduce(n, len(plan)), built, meta)
 
 
 def fabric_switch(topology: Topology) -> Switch | None:

@@ -113,7 +113,8 @@ class Calibration:
         """The runtime terms every schedule pays under this calibration (``synth.cost``): the
         launch floor of one process per GPU, network hops over this calibration's transport; an
         NVLink switch's ports (cost kind ``nvls``) at ``efficiency_nvls``, a network switch's
-        (``sharp``) at ``efficiency_net``."""
+        (``sharp``) at ``efficiency_net``; a call with switch entries takes at least
+        ``nvls_latency_us``."""
         return RuntimeTerms(
             label=label, latency_scale=self.get("latency_scale"),
             efficiency={**{kind: self.get(f"efficiency_{kind}") for kind in LINK_KINDS},
@@ -122,7 +123,8 @@ class Calibration:
             channel_gbps={p: self.get(f"channel_gbps_{p}") for p in RUNTIME_PROTOCOLS},
             channel_bytes={p: self.get(f"channel_bytes_{p}") for p in RUNTIME_PROTOCOLS},
             max_channels=int(self.get("max_channels")), fill_us=self.get("fill_us"),
-            fill_bytes=self.get("fill_bytes"), launch_us=self.get("launch_process_us"))
+            fill_bytes=self.get("fill_bytes"), launch_us=self.get("launch_process_us"),
+            switch_floor_us=self.get("nvls_latency_us"))
 
     def to_doc(self) -> dict[str, Any]:
         """The ``synth.calibration`` v1 document."""

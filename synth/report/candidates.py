@@ -116,9 +116,12 @@ def switch_extras(topology: Topology, collective: str, sizes: list[int], terms, 
     out: dict[str, Candidate] = {}
     for schedule in switch_plans(topology, collective, sizes, terms).values():
         meta = schedule.meta
-        label = f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
+        if meta.get("pipeline") == "shaped":
+            label = f"switch shaped S={len(schedule.steps)}"
+        else:
+            label = f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
         if label not in out:
-            what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of")
+            what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of").replace(" S=", "-S")
             out[label] = Candidate(label, "greedy", schedule, _file(collective, topology, what), None,
                                    len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank)
     say(f"{topology.name} {collective}: {len(out)} switch plan(s) ({', '.join(out)})")

@@ -73,3 +73,14 @@ def test_tuning_gains_where_nccls_own_model_picks_otherwise():
     model (which agrees with measured runs) says the tree: the table is worth > 1.2x there."""
     [t] = tune(resolve_topology("h100x2"), ["allreduce"], [None], load_calibration("default"))
     assert t.gain.most > 1.2 and t.gain.mean >= 1.0
+
+
+def test_nvls_lines_start_where_a_call_through_the_switch_outruns_its_floor():
+    """A call with switch entries takes at least NVLS's latency (25 us by default), as NCCL's
+    forced-NVLS runs measure: small allreduces stay on the ring/LL, NVLS takes over from MiBs."""
+    cal = load_calibration("default")
+    [t] = tune(resolve_topology("h100"), ["allreduce"], [None], cal)
+    lines, _ = read_lines(config_text(resolve_topology("h100"), [t], "default"))
+    first = min(line.min_bytes for line in lines if line.algorithm == "nvls")
+    assert first >= 1 << 20
+    assert lookup(lines, "allreduce", 1 << 30, 1, 8).algorithm == "nvls"
