@@ -121,7 +121,7 @@ def switch_extras(topology: Topology, collective: str, sizes: list[int], terms, 
         else:
             label = f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
         if label not in out:
-            what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of").replace(" S=", "-S")
+            what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of").replace(" S=", "-S").replace(" ", "-")
             out[label] = Candidate(label, "greedy", schedule, _file(collective, topology, what), None,
                                    len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank)
     say(f"{topology.name} {collective}: {len(out)} switch plan(s) ({', '.join(out)})")
