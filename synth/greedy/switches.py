@@ -16,9 +16,10 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   pipelined: step t reduces set t while set t-1 is multicast.
 - **allreduce, shaped pipeline.** The pipeline above idles half a port at its ends (its first
   step only reduces: ports send; its last only multicasts: ports receive). Here a small LP
-  (``synth.greedy.shaped``) chooses, for each step count, how much of the buffer each step
-  reduces through the switch or point to point and spreads by multicast or point to point, at
-  the rates of the ports, groups and links (under ``terms`` when given). With one rate everywhere
+  (``synth.greedy.shaped``) chooses, for each step count and the size, how much of the buffer
+  each step reduces through the switch or point to point and spreads by multicast or point to
+  point, at the rates and alphas of the ports, groups and links (under ``terms`` when given);
+  whatever the switch sums goes back out by multicast. With one rate everywhere and no alpha
   that is the geometric pipeline: step 0 reduces point to point, then each piece is (n-2)/(n-1)
   of the one before, every step balanced, approaching the exchange bound (docs/bounds.md).
 - **allreduce across machines** (each machine one such switch domain of G ranks, rank g of
@@ -36,8 +37,8 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   shard to its own port too: M in).
 
 ``switch_plan`` times every variant (pieces 1, 2, 4, ... and the shares 0 and 1/(n-1); the
-shaped pipeline at 3 to 32 steps) and keeps the fastest at the size in the step model (under
-``terms`` when given), built and verified.
+shaped pipeline at 3 to 32 steps, shaped for the size) and keeps the fastest at the size in the
+step model (under ``terms`` when given), built and verified.
 
 >>> from synth.core.library import resolve_topology
 >>> plan = switch_plan(resolve_topology("h100"), "allreduce", 1 << 30)
@@ -117,14 +118,43 @@ def switch_plans(topology: Topology, collective: str, sizes, terms=None) -> dict
     if why is not None:
         raise InputError(f"switch plan on {topology.name}: {why}")
     best: dict = {}
-    for family in families(topology, collective, terms):
+    for family in families(topology, collective):
         for pieces, loads in family.loads():
             for size in sizes:
-                took = loads.time_us(size) if terms is None else loads.best(size, terms)[1]
+                took = _time(loads, size, terms)
                 if size not in best or took < best[size][0]:
                     best[size] = (took, family, pieces)
     built = {(id(f), k): checked(f.build(k), "the switch planner") for _, f, k in best.values()}
-    return {size: built[(id(f), k)] for size, (_, f, k) in best.items()}
+    plans = {size: built[(id(f), k)] for size, (_, f, k) in best.items()}
+    if shaped_applies(topology, collective):
+        from synth.cost import step_loads
+
+        for size in sizes:
+            shaped = _shaped_plan(topology, size, terms)
+            if _time(step_loads(shaped), size, terms) < best[size][0]:
+                plans[size] = checked(shaped, "the switch planner")
+    return plans
+
+
+def _time(loads, size: float, terms) -> float:
+    """A schedule's time at ``size``: the contract model, or its best protocol under ``terms``."""
+    return loads.time_us(size) if terms is None else loads.best(size, terms)[1]
+
+
+def shaped_applies(topology: Topology, collective: str) -> bool:
+    """Whether the shaped pipeline is planned: allreduce on one switch domain of n > 2 ranks, every
+    two of them linked (its point-to-point shares need the links)."""
+    return (collective == "allreduce" and topology.machine_count <= 1 and topology.ranks > 2
+            and domain_switch(topology) is not None and _full_mesh(topology))
+
+
+def _shaped_plan(topology: Topology, size: float, terms=None) -> Schedule:
+    """The shaped pipeline whose LP is fastest at ``size`` over ``SHAPED_STEPS`` (see the module)."""
+    switch = domain_switch(topology)
+    rates = port_rates(topology, switch, terms)
+    shapes = [pipeline_shape(topology.ranks, steps, rates, size) for steps in SHAPED_STEPS]
+    shape = min(shapes, key=lambda s: s.time_us)
+    return _shaped_allreduce(topology, switch, shape, size)
 
 
 @dataclass(frozen=True)
@@ -134,24 +164,14 @@ class Family:
     a member has ``pieces x slices`` chunks per rank."""
 
     build: Callable[[int], Schedule]
-    lag: int | None
+    lag: int
     pieces: tuple[int, ...]
     slices: int = 1
-    chunks_of: Callable[[int], int] | None = None  # chunks per rank of a member (None: pieces x slices)
-
-    def chunks(self, pieces: int) -> int:
-        """Chunks per rank of the ``pieces``-deep member."""
-        return pieces * self.slices if self.chunks_of is None else self.chunks_of(pieces)
 
     def loads(self):
-        """(pieces, StepLoads) for every depth, from members of at most lag + 1 pieces (lag None:
-        members unlike one another, each counted from itself)."""
+        """(pieces, StepLoads) for every depth, from members of at most lag + 1 pieces."""
         from synth.cost import step_loads
 
-        if self.lag is None:
-            for pieces in self.pieces:
-                yield pieces, step_loads(self.build(pieces))
-            return
         reference = self.lag + 1
         model = step_loads(self.build(reference)) if max(self.pieces) > reference else None
         for pieces in self.pieces:
@@ -172,9 +192,9 @@ def stretched(loads, lag: int, reference: int, pieces: int):
                      loads.protocols)
 
 
-def families(topology: Topology, collective: str, terms=None) -> list[Family]:
-    """The variant families ``switch_plans`` chooses from (see the module); ``terms`` sets the
-    rates the shaped pipeline is shaped for (None: line rates)."""
+def families(topology: Topology, collective: str) -> list[Family]:
+    """The variant families ``switch_plans`` chooses from besides the shaped pipeline, which is
+    shaped for each size (see the module)."""
     n = topology.ranks
     depths = tuple(k for k in PIECES if k * n <= MAX_TOTAL_CHUNKS)
     if topology.machine_count > 1:
@@ -184,15 +204,10 @@ def families(topology: Topology, collective: str, terms=None) -> list[Family]:
     switch = domain_switch(topology)
     if collective == "allgather":
         return [Family(lambda k: _allgather(topology, switch), 0, (1,))]
-    meshed = n > 2 and _full_mesh(topology)
-    shares = [(1, 0)] + ([(n - 1, 1)] if meshed else [])
+    shares = [(1, 0)] + ([(n - 1, 1)] if n > 2 and _full_mesh(topology) else [])
     out = [Family(lambda k, s=slices, p=p2p: _allreduce(topology, switch, k, s, p), 1,
                   tuple(k for k in depths if k * slices * n <= MAX_TOTAL_CHUNKS), slices)
            for slices, p2p in shares]
-    if meshed:
-        rates = port_rates(topology, switch, terms)
-        out.append(Family(lambda steps: _shaped_allreduce(topology, switch, steps, rates), None, SHAPED_STEPS,
-                          chunks_of=lambda steps: shaped_slots(n, steps)))
     return out
 
 
@@ -201,7 +216,7 @@ def variants(topology: Topology, collective: str, chunks: int | None = None):
     per rank), built (not yet verified), one at a time."""
     for family in families(topology, collective):
         for pieces in family.pieces:
-            if chunks is None or family.chunks(pieces) == chunks:
+            if chunks is None or pieces * family.slices == chunks:
                 yield family.build(pieces)
 
 
@@ -242,41 +257,49 @@ def _allreduce(topology: Topology, switch: Switch, pieces: int, slices: int, p2p
 
 
 def port_rates(topology: Topology, switch: Switch, terms=None) -> Rates:
-    """The slowest rank's port, group and link rates on ``switch`` (at the runtime's efficiencies
-    under ``terms``; a rank without a group: its port and links together)."""
+    """The slowest rank's port, group and link rates on ``switch``, and the port's and links'
+    alphas, as the step model charges them: at line rate (the contract model), or under
+    ``terms`` at the runtime's efficiencies and Simple's latencies (switch plans run Simple only).
+    A rank without a group: its port and links together."""
+    from synth.cost import PROTOCOLS, switch_kind
+
     def rate(bandwidth: float, kind) -> float:
         return bandwidth if terms is None else bandwidth * terms.efficiency_of(kind)
 
-    from synth.cost import switch_kind
+    def alpha(value: float, kind) -> float:
+        return value if terms is None else value * terms.latency_scale * PROTOCOLS["simple"].alpha_factor(kind)
 
-    port = rate(switch.bandwidth, switch_kind(switch))
+    kind = switch_kind(switch)
     groups = {g.name: g for g in topology.groups}
-    link = min(rate(l.bandwidth, l.kind) for l in topology.links)
+    link = min(topology.links, key=lambda l: rate(l.bandwidth, l.kind))
+    port, link_rate = rate(switch.bandwidth, kind), rate(link.bandwidth, link.kind)
     per_rank = []
     for rank in switch.ranks:
         named = [groups[name] for name in (switch.out_group(rank), switch.in_group(rank)) if name in groups]
         own = [rate(g.bandwidth, topology.group_kind(g)) for g in named]
-        per_rank.append(min(own) if own else port + link * (topology.ranks - 1))
-    return Rates(port, min(per_rank), link)
+        per_rank.append(min(own) if own else port + link_rate * (topology.ranks - 1))
+    return Rates(port, min(per_rank), link_rate, alpha(switch.alpha, kind),
+                 max(alpha(l.alpha, l.kind) for l in topology.links))
 
 
 def shaped_slots(ranks: int, steps: int) -> int:
-    """Chunks per rank of the ``steps``-step shaped pipeline on ``ranks`` ranks."""
+    """Chunks per rank of a ``steps``-step shaped pipeline on ``ranks`` ranks."""
     return min(SHAPED_SLOTS * steps, MAX_TOTAL_CHUNKS // ranks)
 
 
-def _shaped_allreduce(topology: Topology, switch: Switch, steps: int, rates: Rates) -> Schedule:
-    """The shaped pipeline of ``steps`` steps (see the module): slot i is chunks i*n .. i*n + n-1,
-    one per head, reduced and spread as ``slot_plan`` says."""
+def _shaped_allreduce(topology: Topology, switch: Switch, shape, size: float) -> Schedule:
+    """The shaped pipeline of ``shape`` (see the module): slot i is chunk h*K + i of every head
+    h (K slots: a head's slots are contiguous, so the slots one step treats alike lower to one
+    transfer of several chunks), reduced and spread as ``slot_plan`` says."""
     n = topology.ranks
     everyone = tuple(range(n))
-    plan = slot_plan(pipeline_shape(n, steps, rates), shaped_slots(n, steps))
+    plan = slot_plan(shape, shaped_slots(n, len(shape.steps)))
     last = max(spread for _, _, spread, _ in plan)
     sends: list[list[Send]] = [[] for _ in range(last + 1)]
     entries: list[list[SwitchSend]] = [[] for _ in range(last + 1)]
     for slot, (reduced, how, spread, spread_how) in enumerate(plan):
         for head in everyone:
-            chunk, others = slot * n + head, tuple(r for r in everyone if r != head)
+            chunk, others = head * len(plan) + slot, tuple(r for r in everyone if r != head)
             if how == "p2p":
                 sends[reduced] += [Send(chunk, r, head, "reduce") for r in others]
             else:
@@ -288,7 +311,7 @@ def _shaped_allreduce(topology: Topology, switch: Switch, steps: int, rates: Rat
     built = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e))
                   for s, e in zip(sends, entries) if s or e)
     meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": len(built),
-            "pipeline": "shaped"}
+            "pipeline": "shaped", "shaped_for_bytes": int(size)}
     return Schedule(topology, collectives.allreduce(n, len(plan)), built, meta)
 
 

@@ -115,17 +115,22 @@ def switch_extras(topology: Topology, collective: str, sizes: list[int], terms, 
         return []
     out: dict[str, Candidate] = {}
     for schedule in switch_plans(topology, collective, sizes, terms).values():
-        meta = schedule.meta
-        if meta.get("pipeline") == "shaped":
-            label = f"switch shaped S={len(schedule.steps)}"
-        else:
-            label = f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
+        label = _switch_label(schedule)
         if label not in out:
-            what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of").replace(" S=", "-S").replace(" ", "-")
+            what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of").replace(" S=", "-S")
+            what = what.replace(" ", "-")
             out[label] = Candidate(label, "greedy", schedule, _file(collective, topology, what), None,
                                    len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank)
     say(f"{topology.name} {collective}: {len(out)} switch plan(s) ({', '.join(out)})")
     return list(out.values())
+
+
+def _switch_label(schedule) -> str:
+    """A switch plan's report label: its pipeline and depth (and point-to-point share)."""
+    meta = schedule.meta
+    if meta.get("pipeline") == "shaped":
+        return f"switch shaped S={len(schedule.steps)}"
+    return f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
 
 
 def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1,
