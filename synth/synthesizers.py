@@ -11,7 +11,10 @@ that comes back before anyone sees it (``SynthesisBug`` when one does not verify
 Registered, in the order ``auto`` tries them:
 
 - ``smt``: one k-synchronous instance (steps, rounds, chunks) by the SCCL-style encoding: a
-  schedule, or a proof that none exists. Needs the steps, and whole capacities.
+  schedule, or a proof that none exists. Needs the steps, and whole capacities. Where switches
+  compute it plans switch entries too (multicast; reduce through the dual and the direct
+  allreduce encoding: ``synth.smt.switch_sends``), for small instances, where plain sends do
+  not reach the budget.
 - ``milp``: the sketch-guided router (routing MILP, ordering LPs, timing), for any machine and
   any bandwidths; optimises for a size.
 - ``greedy``: pipelined one-round-per-step schedules with many chunks, in seconds at any scale;
@@ -134,7 +137,7 @@ class Smt:
         rounds = problem.steps if problem.rounds is None else problem.rounds
         from synth.smt.encoding import SmtOptions
 
-        _say_point_to_point(self.name, problem, options)
+        _say_unused_passes(problem, options)
         return solve_instance(problem.topology, problem.collective, problem.root, problem.steps, rounds,
                               problem.chunks or 1, options.time_limit, options.progress or _quiet, options.direct,
                               options.smt or SmtOptions())
@@ -391,6 +394,16 @@ def _say_point_to_point(backend: str, problem: Problem, options: Options) -> Non
     if names:
         options.say(f"{backend}: plans point-to-point sends only; the switch(es) {', '.join(names[:4])}"
                     f"{' ...' if len(names) > 4 else ''} go unused (--backend greedy plans through them)")
+
+
+def _say_unused_passes(problem: Problem, options: Options) -> None:
+    """One line where a switch can reduce and multicast in one pass (``reduce_multicast``): the
+    smt encodings do not use that pass (many srcs to many dsts has no tree-shaped dual), only the
+    switch's ``reduce`` and ``multicast``."""
+    names = [s.name for s in problem.topology.switches if s.reduce_multicast]
+    if names:
+        options.say(f"smt: the reduce_multicast pass of {', '.join(names[:4])}{' ...' if len(names) > 4 else ''} "
+                    "goes unused (no tree-shaped dual); their reduce and multicast, if any, are used")
 
 
 def _importable(module: str) -> bool:

@@ -4,7 +4,9 @@ parts' schedules map back to one for the problem.
 - ``Dual``: a combining collective whose every chunk ends on one rank (reduce_scatter, reduce)
   is its non-combining dual (allgather, broadcast) on the reversed topology, run backwards.
   ``apply`` gives that one part; ``invert`` runs the part's schedule backwards with every send
-  flipped into a reduce (valid for tree-shaped schedules: ``synth.core.transforms.dual_schedule``).
+  flipped into a reduce (valid for tree-shaped schedules: ``synth.core.transforms.dual_schedule``)
+  and every switch entry a -> D turned into the reduce entry D + [a] -> [a]
+  (``dual_switch_schedule``).
 - ``Composition``: allreduce is reduce_scatter then allgather at the same chunks per rank.
   ``apply`` gives the two parts; ``invert`` runs their schedules one after the other.
 
@@ -30,12 +32,14 @@ allreduce) says so with ``solves``.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, TypeVar
 
 from synth.core.collective import Collective
 from synth.core.collectives import allgather, allreduce, reduce_scatter
-from synth.core.schedule import Schedule
+from synth.core.errors import InputError
+from synth.core.schedule import Schedule, Send, Step, SwitchSend
 from synth.core.topology import Topology
 from synth.core.transforms import compose, dual_collective, dual_schedule
 
@@ -87,7 +91,7 @@ class Dual:
 
     def invert(self, part: Part, schedules: Sequence[Schedule], collective: Collective | None = None) -> Schedule:
         (forward,) = schedules
-        backwards = dual_schedule(forward)
+        backwards = dual_schedule(forward) if not forward.switch_count else dual_switch_schedule(forward)
         return Schedule(part.topology, collective or part.collective, backwards.steps, backwards.meta)
 
 
@@ -107,6 +111,58 @@ class Composition:
     def invert(self, part: Part, schedules: Sequence[Schedule], collective: Collective | None = None) -> Schedule:
         first, second = schedules
         return compose(first, second, collective or part.collective)
+
+
+def dual_switch_schedule(schedule: Schedule) -> Schedule:
+    """A tree-shaped non-combining schedule with switch entries, run backwards as a reduction on
+    the reversed topology (``dual_schedule`` for the sends, the same rules).
+
+    Steps run in reverse order. A send a -> b becomes the reduce b -> a; the entry a -> D through
+    switch w becomes the reduce entry D + [a] -> [a] through w: what lands at a replaces its copy,
+    so a keeps its own partial only as one of the srcs. Srcs (of sends and entries) are only the
+    ranks that hold a partial of the chunk when the step begins (its contributors, and ranks a
+    reduce reached in an earlier step); an entry left with a alone, or nothing, moves nothing and
+    is dropped. The reduce entry needs ``reduce`` in the original (``multicast`` in the dual view,
+    what the dual encoding uses: ``synth.smt.switch_sends``)."""
+    _check_tree(schedule)
+    original = dual_collective(schedule.collective)
+    holds = {(rank, c) for c, pre in enumerate(original.pre) for rank in pre}
+    steps = []
+    for step in reversed(schedule.steps):
+        sends = [Send(s.chunk, s.dst, s.src, "reduce") for s in step.sends if (s.dst, s.chunk) in holds]
+        entries = [entry for entry in (_reduce_entry(e, holds) for e in step.switches) if entry is not None]
+        holds |= {(s.dst, s.chunk) for s in sends} | {(e.dsts[0], e.chunk) for e in entries}
+        steps.append(Step(tuple(sorted(sends)), step.rounds, tuple(sorted(entries))))
+    return Schedule(schedule.topology.reversed(), original, tuple(steps), dict(schedule.meta))
+
+
+def _reduce_entry(entry: SwitchSend, holds: set) -> SwitchSend | None:
+    """The dual's entry a -> D as the original's reduce entry (srcs: D and a, those that hold a
+    partial; dst: a); None when it would move nothing."""
+    (head,) = entry.srcs
+    srcs = tuple(sorted(r for r in (*entry.dsts, head) if (r, entry.chunk) in holds))
+    if not srcs or srcs == (head,):
+        return None
+    return SwitchSend(entry.chunk, entry.switch, srcs, (head,))
+
+
+def _check_tree(schedule: Schedule) -> None:
+    """InputError unless ``schedule`` is a non-combining tree with one-src entries: every
+    (rank, chunk) written at most once (by a send or an entry) and never where it starts."""
+    coll = schedule.collective
+    if coll.combining:
+        raise InputError("a dual schedule is run backwards from a non-combining schedule")
+    received: Counter = Counter()
+    for step in schedule.steps:
+        received.update((send.dst, send.chunk) for send in step.sends)
+        for entry in step.switches:
+            if len(entry.srcs) != 1:
+                raise InputError(f"switch entry {entry} has several srcs: it has no dual")
+            received.update((dst, entry.chunk) for dst in entry.dsts)
+    for (rank, chunk), count in received.items():
+        if count > 1 or rank in coll.pre[chunk]:
+            raise InputError(f"schedule is not a tree: rank {rank} receives chunk {chunk} more than once "
+                             "or already holds it, so it cannot be run backwards as a reduction")
 
 
 DUAL = Dual()

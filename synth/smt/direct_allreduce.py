@@ -9,7 +9,9 @@ reduction to finish before any chunk's distribution starts. Here each chunk c ha
 and the phases of different chunks may overlap. A rank sends its partial up only after all its
 children have (strictly earlier steps), so partial sums form a tree into the root and every
 contribution is counted exactly once; a rank receives the final copy only after its own partial
-has left. Capacity and rounds are the same as in the plain encoding.
+has left. Capacity and rounds are the same as in the plain encoding. On a topology whose
+switches compute, reduce entries (several partials summed into one rank) and copy entries
+(one sum written to several ranks) join the trees (``synth.smt.switch_trees``).
 
 >>> from synth.core.generators import ring
 >>> from synth.core.collectives import allreduce
@@ -21,6 +23,7 @@ has left. Capacity and rounds are the same as in the plain encoding.
 from __future__ import annotations
 
 from synth.core.schedule import Schedule, Send, Step
+from synth.smt import switch_trees
 from synth.smt.cardinality import neg
 from synth.smt.encoding import SmtInstance
 from synth.smt.sat.answer import Answer
@@ -60,6 +63,8 @@ class DirectAllreduceInstance(SmtInstance):
             cl(-x, neg(done[(c, b, s - 1)]))
             cl(-x, sent[(c, b, s - 1)])  # b's own partial has already left
             cl(-x, done[(c, b, s)])
+        if topo.switches:  # their reduce and copy entries join the trees
+            self.switch_vars = switch_trees.encode(self, (ups_from, cps_into, sent, done))
         for c in chunks:
             self._exactly_one([self.root[(c, r)] for r in range(n)])
             if c + 1 < coll.chunks:  # chunks are interchangeable: sort them by root (sound)
@@ -82,7 +87,7 @@ class DirectAllreduceInstance(SmtInstance):
         for table in (self.up, self.cp):
             for (c, a, b, s), x in table.items():
                 per_link.setdefault((a, b, s), []).append(x)
-        self._rounds_and_capacity(per_link)
+        self._rounds_and_capacity(per_link, self.switch_vars.port_loads if self.switch_vars else None)
 
     def _decode(self, answer: Answer, seconds: float) -> Schedule:
         true = answer.value
@@ -95,6 +100,7 @@ class DirectAllreduceInstance(SmtInstance):
                 if t == s and true(v) and (b, c) not in copies:
                     copies[(b, c)] = Send(c, a, b, "copy")
             extra = sum(true(e) for e in self.extra[s - 1])
-            steps.append(Step(tuple(sorted(sends + list(copies.values()))), 1 + extra))
+            entries = switch_trees.decode(true, self.switch_vars, s, set(copies)) if self.switch_vars else ()
+            steps.append(Step(tuple(sorted(sends + list(copies.values()))), 1 + extra, tuple(entries)))
         meta = {"synthesizer": "smt", "encoding": "direct-allreduce", "solve_seconds": round(seconds, 4)}
         return Schedule(self.topology, self.collective, tuple(steps), meta)

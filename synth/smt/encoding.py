@@ -19,8 +19,12 @@ so an UNSAT stays a proof) tell the solver where capacity must be saturated:
   out-saturation: all sends >= sum_r N_r and all sends <= sum(out-unit caps) * R, so every out-unit
     carries >= cap_u * rounds[s] - (that global slack) in step s.
 (A unit is a group holding only links into (out of) one rank and tighter than their sum, else a
-link.) The clauses go into a ``synth.smt.sat.Formula``; a SAT engine of ``synth.smt.sat.engines`` (z3's
-SAT core, CaDiCaL or Kissat: ``SmtOptions.sat``) answers the checks.
+link.) On a topology whose switches compute, switch entries join the sends
+(``synth.smt.switch_sends``: reach and enter literals, port rows, ports counted on their groups;
+hop distances count a switch entry as one hop) and the implied rows are left out (they count
+links only); such an instance takes no symmetries. The clauses go into a
+``synth.smt.sat.Formula``; a SAT engine of ``synth.smt.sat.engines`` (z3's SAT core, CaDiCaL or
+Kissat: ``SmtOptions.sat``) answers the checks.
 
 Engines and literals never leave synth/smt: callers get SolveResult with a Schedule or a status.
 """
@@ -35,9 +39,11 @@ from synth.core.orbits import orbit_classes
 from synth.core.schedule import Schedule, Send, SolveResult, Status, Step
 from synth.core.symmetry import Symmetry, interchangeable_chunks
 from synth.core.topology import Topology
+from synth.smt import switch_sends
 from synth.smt.cardinality import CnfBuilder, neg
 from synth.smt.sat.answer import Answer, Verdict
 from synth.smt.sat.engines import Engine, make_engine
+from synth.smt.switch_sends import SwitchVars
 
 WORK_START = 0.25  # work seconds of a first try (a split's, a window's; ``synth.smt.sat.engines``)
 
@@ -84,11 +90,19 @@ class SmtInstance(CnfBuilder):
         max_rounds: int,
         options: SmtOptions = SmtOptions(),
         symmetries: tuple[Symmetry, ...] = (),
+        dual: bool = False,
     ) -> None:
         """``symmetries`` *restrict* the search to schedules invariant under them: a SAT answer
-        is a real schedule, but INFEASIBLE then proves nothing about the unrestricted problem."""
+        is a real schedule, but INFEASIBLE then proves nothing about the unrestricted problem.
+        ``dual``: ``collective`` is a combining one's dual on the reversed ``topology`` (its switch
+        entries follow the dual's rules, ``synth.smt.switch_sends``). A topology with switches
+        takes no symmetries (their entries are not tied by orbits)."""
         if not topology.rounds_apply:
             raise ValueError(f"{topology.name}: capacities are not whole numbers, rounds do not apply")
+        if topology.switches and any(not sym.is_identity for sym in symmetries):
+            raise ValueError(f"{topology.name}: a restricted (symmetric) search does not take switch entries")
+        self.dual = dual
+        self.switch_vars: SwitchVars | None = None
         self.topology = topology
         self.collective = collective
         self.steps = steps
@@ -107,7 +121,7 @@ class SmtInstance(CnfBuilder):
         if self.collective.combining:
             raise ValueError("this encoding takes non-combining collectives; use reductions")
         topo, coll, S = self.topology, self.collective, self.steps
-        dist = topo.hop_distances
+        dist = self._hops = switch_sends.hop_distances(topo)
         cl = self._clause
         self._dist = [
             [min(dist[h][r] for h in coll.pre[c]) for r in range(topo.ranks)] for c in range(coll.chunks)
@@ -146,7 +160,7 @@ class SmtInstance(CnfBuilder):
         send_var = {k: self._var("x_%d_%d_%d_%d" % k) for k in send_keys if send_rep[k] == k}
         self.has = {**{k: v for k, v in fixed.items()}, **{k: has_var[has_rep[k]] for k in has_keys}}
         self.send = {k: send_var[send_rep[k]] for k in send_keys}
-        incoming: dict[tuple[int, int, int], list] = {}
+        incoming = self._switch_incoming(need)
         for key, var in self.send.items():
             c, a, b, s = key
             incoming.setdefault((c, b, s), []).append(var)
@@ -180,13 +194,24 @@ class SmtInstance(CnfBuilder):
         per_link: dict[tuple[int, int, int], list] = {}
         for (c, a, b, s), var in self.send.items():
             per_link.setdefault((a, b, s), []).append(var)
-        self._rounds_and_capacity(per_link)
-        self._incoming = incoming
+        self._rounds_and_capacity(per_link, self.switch_vars.port_loads if self.switch_vars else None)
+        self._incoming = None if self.switch_vars else incoming  # saturation rows count links only
         self._in_units = self._units(into=True)
 
-    def _rounds_and_capacity(self, per_link: dict[tuple[int, int, int], list]) -> None:
-        """Unary extra rounds per step and the capacity rows of every link and group
-        (one row per orbit of links/groups under the symmetries)."""
+    def _switch_incoming(self, need: list) -> dict[tuple[int, int, int], list]:
+        """The switch literals (``synth.smt.switch_sends``) when the topology has switches, and
+        (chunk, rank, step) -> the switch literals that bring the chunk there: the start of
+        ``incoming``, which the link sends join."""
+        if not self.topology.switches:
+            return {}
+        self.switch_vars = switch_sends.encode(self, self._dist, need, self.dual)
+        return self.switch_vars.incoming()
+
+    def _rounds_and_capacity(self, per_link: dict[tuple[int, int, int], list], port_loads: dict | None = None) -> None:
+        """Unary extra rounds per step and the capacity rows of every link, switch port and
+        group (one row per orbit of links/groups under the symmetries); ``port_loads``: the
+        literals each (switch, rank, 'out' | 'in', step) port carries, counted on the port and on
+        the group it shares."""
         topo, S = self.topology, self.steps
         self._per_link = per_link
         # rounds: extra[s][k] for k < max extra per step, ordered
@@ -209,13 +234,17 @@ class SmtInstance(CnfBuilder):
             lambda name, g=g: group_names.get(frozenset((g.ranks[a], g.ranks[b]) for a, b in by_name[name].links), name)
             for g in self.symmetries
         ]) if topo.groups else {}
+        ports = switch_sends.group_ports(topo) if port_loads else {}
         for group in topo.groups:
             if group_rep.get(group.name, group.name) != group.name:
                 continue
             cap = topo.group_capacity(group)
             for s in range(1, S + 1):
                 vars_ = [v for key in group.links for v in per_link.get((key[0], key[1], s), [])]
+                vars_ += [v for port in ports.get(group.name, ()) for v in port_loads.get((*port, s), [])]
                 self._capacity(vars_, cap, s)
+        for (name, _, _, s), vars_ in (port_loads or {}).items():
+            self._capacity(vars_, topo.switch_capacity(topo.switch(name)), s)
 
     def _order_chunks(self) -> None:
         """Interchangeable chunks reach a designated rank in index order (a valid relabeling)."""
@@ -453,6 +482,8 @@ class SmtInstance(CnfBuilder):
         steps = []
         for s in range(1, self.steps + 1):
             extra = sum(answer.value(e) for e in self.extra[s - 1])
-            steps.append(Step(tuple(sorted(chosen[s].values())), 1 + extra))
+            entries = (switch_sends.decode(answer.value, self.switch_vars, s, set(chosen[s]))
+                       if self.switch_vars else ())
+            steps.append(Step(tuple(sorted(chosen[s].values())), 1 + extra, tuple(entries)))
         meta = {"synthesizer": "smt", "solve_seconds": round(seconds, 4)}
         return Schedule(self.topology, coll, tuple(steps), meta)

@@ -251,7 +251,8 @@ class _Rebuilt:
         if inst is None or tuple(inst._selectors) != key.selectors[:len(inst._selectors)]:
             collective = session.collective(int(cert["chunks"]))
             kind = DirectAllreduceInstance if key.kind == "direct" else SmtInstance
-            inst = kind(session.topology, collective, key.steps, key.max_rounds, SmtOptions(**dict(key.options)))
+            inst = kind(session.topology, collective, key.steps, key.max_rounds, SmtOptions(**dict(key.options)),
+                        dual=session.combining)
             self._instances[ident] = inst
         for rounds in key.selectors:
             inst.total_literal(rounds)

@@ -2,11 +2,19 @@
 splits the LP allows, the symmetric-first then exact search, and a combining collective as
 its dual (``synth.core.reductions.DUAL``: applied to what the solver sees, inverted on the way out).
 
+On a topology whose switches compute, the encoding has switch entries (``synth.smt.switch_sends``)
+and the session refutes with nothing that reasons point to point: no step LP floors, split
+prunes or LP certificates (a multicast puts one chunk on many ports in one round, so a
+point-to-point refutation can be wrong there), no restricted symmetric search and no window
+re-solve; the floor is the steps bound over links and switch hops (R >= S), and every
+INFEASIBLE is the SAT engine's answer about the encoding with switch entries.
+
 Every SOLVED answer is verified here before it leaves (a failure is a bug and raises).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -31,6 +39,7 @@ from synth.smt import windows
 from synth.smt.clock import Clock
 from synth.smt.direct_allreduce import DirectAllreduceInstance
 from synth.smt.encoding import WORK_START, SmtInstance, SmtOptions
+from synth.smt.switch_sends import fewest_steps
 from synth.verify import checked
 
 
@@ -53,6 +62,7 @@ class SmtSession:
         self.combining = base.combining and not direct
         self._seen: dict[int, Collective] = {}  # chunks -> the collective the solver sees
         self.topology = self._part(base).topology
+        self.switched = bool(self.topology.switches)  # switch entries: no point-to-point refutation
         self._instances: dict[tuple[int, int], SmtInstance] = {}
         self._symmetric: dict[tuple[int, int], SmtInstance | None] = {}
         self._floors: dict[int, dict[int, float]] = {}  # chunks -> steps -> rounds_floor
@@ -82,6 +92,8 @@ class SmtSession:
         floor(S) <= max(floor(S0), S) for S0 < S. With the any-steps floor A below every one,
         once floor(S0) <= max(A, S), floor(S) is max(A, S) without an LP (on mi250 allgather
         each took 17-45 s at 7 to 11 steps, and all are the any-steps floor, 17 for 7 chunks)."""
+        if self.switched:
+            return self._switch_floor(steps, chunks)
         known = self._floors.setdefault(chunks, {})
         if steps >= self.ANY_STEPS_FROM:
             settled = [floor for fewer, floor in known.items() if self.ANY_STEPS_FROM <= fewer < steps]
@@ -93,11 +105,18 @@ class SmtSession:
             known[steps] = least_rounds(self.topology, self.collective(chunks), steps)
         return known[steps]
 
+    def _switch_floor(self, steps: int, chunks: int) -> float:
+        """The floor with switch entries: ``steps`` rounds (each step takes one), inf when the
+        hops over links and switches need more steps (``synth.smt.switch_sends.fewest_steps``)."""
+        return steps if fewest_steps(self.topology, self.collective(chunks)) <= steps else math.inf
+
     ANY_STEPS_FROM = HEAD_STEPS + TAIL_STEPS  # ``rounds_floor_any_steps`` holds from here on
 
     def rounds_floor_any_steps(self, chunks: int) -> int:
         """Fewest rounds any schedule with at least ``ANY_STEPS_FROM`` steps needs, whatever its
-        step count (the pooled relaxation; 0 where it does not apply)."""
+        step count (the pooled relaxation; 0 where it does not apply, and with switch entries)."""
+        if self.switched:
+            return 0
         return least_rounds_any_steps(self.topology, self.collective(chunks)) or 0
 
     @property
@@ -105,8 +124,9 @@ class SmtSession:
         """True when a step of r rounds can always be split into steps of a and r - a rounds
         (every link in at most one group: each link's and group's sends share out evenly), so
         a schedule (S, R, C) gives one with S + 1 steps and the same R and C while S < R:
-        a budget infeasible at S steps is infeasible at every fewer step count."""
-        return all(len(groups) <= 1 for groups in self.topology.groups_of_link.values())
+        a budget infeasible at S steps is infeasible at every fewer step count. Never with switch
+        entries: an entry loads several ports and groups at once."""
+        return not self.switched and all(len(groups) <= 1 for groups in self.topology.groups_of_link.values())
 
     def _keep_instances_of(self, steps: int) -> None:
         """Drop the cached solvers of other step counts: the walks go up in steps and never
@@ -121,7 +141,7 @@ class SmtSession:
         inst = self._instances.get(key)
         if inst is None or inst.max_rounds < max_rounds:
             kind = DirectAllreduceInstance if self.direct else SmtInstance
-            inst = kind(self.topology, self.collective(chunks), steps, max_rounds, self.options)
+            inst = kind(self.topology, self.collective(chunks), steps, max_rounds, self.options, dual=self.combining)
             self._instances[key] = inst
         return inst
 
@@ -145,7 +165,8 @@ class SmtSession:
             return SolveResult(Status.INFEASIBLE, None, clock.elapsed(),
                                "every split of the rounds over the steps is ruled out by the LP bound")
         collective = self.collective(chunks)
-        prune = (lambda split: split_ruled_out(self.topology, collective, split)) if by_splits else None
+        prune = (lambda split: split_ruled_out(self.topology, collective, split)) \
+            if by_splits and not self.switched else None
         result = None
         symmetric = self._symmetric_instance(steps, chunks, rounds) if splits != [] else None
         if symmetric is not None:
@@ -197,6 +218,8 @@ class SmtSession:
         from synth.smt.certificates import LpRefutation
 
         def refute(split: tuple[int, ...]):
+            if self.switched:  # the step LP reasons point to point
+                return None
             certificate = split_certificate(self.topology, collective, split)
             return None if certificate is None else LpRefutation(tuple(split), certificate)
         return refute
@@ -228,7 +251,7 @@ class SmtSession:
         clock = Clock(time_limit)
         internal = self._found.get(_key(schedule)) if self.combining else schedule
         steps, chunks = len(schedule.steps) - 1, schedule.collective.chunks // self._chunk_unit
-        if internal is None or self.direct or steps < 1:
+        if internal is None or self.direct or steps < 1 or self.switched:
             return SolveResult(Status.TIMEOUT, None, 0.0, "no window to re-solve")
         self._keep_instances_of(steps)
         rounds = internal.total_rounds
@@ -267,7 +290,9 @@ class SmtSession:
         ``solve_lps`` False: when few splits are open (FEW_SPLITS), known cuts only (the
         restricted search settles those quickly; the first pass's prune solves what it leaves).
         ``seconds``: the most time its LP solves may take (the splits they leave undecided
-        stay open)."""
+        stay open). None with switch entries: the step LP reasons point to point."""
+        if self.switched:
+            return None
         if not solve_lps:
             few = open_splits(self.topology, self.collective(chunks), rounds, steps, max_solves=0)
             if few is not None and len(few) <= FEW_SPLITS:
@@ -278,7 +303,7 @@ class SmtSession:
         return found
 
     def _symmetric_instance(self, steps: int, chunks: int, rounds: int) -> SmtInstance | None:
-        if self.direct:
+        if self.direct or self.switched:
             return None
         key = (steps, chunks)
         inst = self._symmetric.get(key)
@@ -398,3 +423,51 @@ def _key(schedule: Schedule) -> tuple:
 
 def check_schedule(schedule: Schedule) -> None:
     checked(schedule, "the SMT solver")
+
+
+class PointToPointFirst:
+    """A session on a machine whose switches compute that asks the machine without its switches
+    first: where point-to-point sends reach (steps, rounds, chunks), that schedule is the answer
+    (a switch entry gains nothing in rounds there, and a schedule of plain sends runs under
+    every protocol, LL included, where one with switch entries runs Simple only); where they do
+    not (or time out), the encoding with switch entries decides. An INFEASIBLE is always the
+    switched encoding's: a point-to-point schedule is one of its schedules too. Everything else
+    (floors, splits, collectives) is the switched session's, whose floors hold for both."""
+
+    def __init__(self, topology: Topology, name: str, root: int | None, options: SmtOptions, direct: bool = False):
+        self.switched_session = SmtSession(topology, name, root, options, direct)
+        self.plain = SmtSession(replace(topology, switches=()), name, root, options, direct)
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.switched_session, attribute)
+
+    def solve(self, steps: int, rounds: int, chunks: int, time_limit: float | None,
+              by_splits: bool = True) -> SolveResult:
+        """The plain session's SOLVED (on the switched topology), else the switched session's answer."""
+        clock = Clock(time_limit)
+        plain = self.plain.solve(steps, rounds, chunks, clock.share(0.5), by_splits)
+        if plain.status is Status.SOLVED:
+            return replace(plain, schedule=self._on_machine(plain.schedule), seconds=clock.elapsed())
+        switched = self.switched_session.solve(steps, rounds, chunks, clock.at_most(None), by_splits)
+        return replace(switched, seconds=clock.elapsed())
+
+    def fewer_steps(self, schedule: Schedule, time_limit: float | None) -> SolveResult:
+        """The plain session's window re-solve for a schedule of plain sends (the switched
+        session has none)."""
+        if schedule.switch_count:
+            return self.switched_session.fewer_steps(schedule, time_limit)
+        result = self.plain.fewer_steps(replace(schedule, topology=self.plain.original), time_limit)
+        return result if result.schedule is None else replace(result, schedule=self._on_machine(result.schedule))
+
+    def _on_machine(self, schedule: Schedule) -> Schedule:
+        """``schedule`` (plain sends) on the machine with its switches, verified there."""
+        return checked(replace(schedule, topology=self.switched_session.original), "smt")
+
+
+def open_session(topology: Topology, name: str, root: int | None, options: SmtOptions = SmtOptions(),
+                 direct: bool = False):
+    """The session for ``topology``: ``PointToPointFirst`` where its switches compute, else a
+    plain ``SmtSession``."""
+    if any(s.reduce or s.multicast or s.reduce_multicast for s in topology.switches):
+        return PointToPointFirst(topology, name, root, options, direct)
+    return SmtSession(topology, name, root, options, direct)

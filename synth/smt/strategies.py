@@ -23,7 +23,7 @@ from synth.core.schedule import Schedule, SolveResult, Status
 from synth.core.topology import Topology
 from synth.core.transforms import merge_steps
 from synth.smt.encoding import SmtOptions
-from synth.smt.session import SmtSession, check_schedule
+from synth.smt.session import SmtSession, check_schedule, open_session
 
 Progress = Callable[[str], None]
 
@@ -111,7 +111,7 @@ def pareto(
     if name == "allreduce":
         return pareto_allreduce(topology, max_chunks, time_limit, progress, direct=direct_allreduce, jobs=jobs,
                                 budget=budget, options=options)
-    session = SmtSession(topology, name, root, options)
+    session = open_session(topology, name, root, options)
     bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
     return _search(session, max(1, bounds.steps), bounds.rounds_per_chunk, max_chunks, time_limit, progress,
                    budget=budget)
@@ -481,7 +481,7 @@ def least_steps(
     """Fewest steps S with rounds S + extra_rounds; starts where both bounds allow, stops at a cap."""
     if name == "allreduce":
         return _least_steps_allreduce(topology, chunks, extra_rounds, max_steps, time_limit, progress, options)
-    session = SmtSession(topology, name, root, options)
+    session = open_session(topology, name, root, options)
     bounds = lower_bounds(topology, make_collective(name, topology.ranks, root=root, chunks=1))
     start = max(1, bounds.steps)
     if bounds.rounds_per_chunk is not None:
@@ -532,17 +532,36 @@ def solve_instance(
         raise InputError(f"the direct encoding is for allreduce, not {name}")
     if name == "allreduce" and not direct:
         return _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress, options)
-    result = SmtSession(topology, name, root, options, direct=direct).solve(steps, rounds, chunks, time_limit)
+    result = open_session(topology, name, root, options, direct=direct).solve(steps, rounds, chunks, time_limit)
     progress(f"{topology.name} {name} (S={steps}, R={rounds}, C={chunks}): {result.status.value} {result.seconds:.2f}s")
     return result
 
 
 def _solve_allreduce(topology, steps, rounds, chunks, time_limit, progress, options) -> SolveResult:
+    """The composition (``_solve_composition``); where it has no schedule and a switch reduces
+    and multicasts, the direct encoding with switch entries (``synth.smt.switch_trees``): there
+    one chunk's reduce entry and another's multicast share a step, which a composition cannot
+    (h100, 3 steps: 13 rounds, where every point-to-point schedule and every composition needs
+    14). Its status when it finds none: the composition's, the direct search's said beside it."""
+    result = _solve_composition(topology, steps, rounds, chunks, time_limit, progress, options)
+    if result.status == Status.SOLVED or not any(s.reduce and s.multicast for s in topology.switches):
+        return result
+    direct = open_session(topology, "allreduce", None, options, direct=True).solve(steps, rounds, chunks, time_limit)
+    progress(f"{topology.name} allreduce (direct, switch entries) (S={steps}, R={rounds}, C={chunks}): "
+             f"{direct.status.value} {direct.seconds:.2f}s")
+    if direct.status == Status.SOLVED:
+        return direct
+    status = Status.INFEASIBLE if Status.INFEASIBLE == result.status == direct.status else Status.TIMEOUT
+    return SolveResult(status, None, result.seconds + direct.seconds,
+                       f"{result.message}; the direct encoding with switch entries: {direct.status.value}")
+
+
+def _solve_composition(topology, steps, rounds, chunks, time_limit, progress, options) -> SolveResult:
     """The allreduce composition (``synth.core.reductions``) with the steps and rounds shared out
     between its parts, most balanced share first; the first share both parts solve wins."""
     whole = make_collective("allreduce", topology.ranks, chunks=chunks)
     parts = COMPOSITION.apply(Part.of(topology, whole))
-    sessions = {part.label: SmtSession(topology, part.label, None, options) for part in parts}
+    sessions = {part.label: open_session(topology, part.label, None, options) for part in parts}
     first, second = (max(1, lower_bounds(topology, make_collective(part.label, topology.ranks)).steps)
                      for part in parts)
     shares = [(s1, r1) for s1 in range(first, steps - second + 1) for r1 in range(s1, rounds - (steps - s1) + 1)]
@@ -613,7 +632,7 @@ def pareto_allreduce(
     note = "reduce_scatter + allgather compositions at equal chunks"
     found = Frontier(topology, "allreduce", (), True)
     if direct:
-        found = _search(SmtSession(topology, "allreduce", None, options, direct=True), max(1, proven.steps),
+        found = _search(open_session(topology, "allreduce", None, options, direct=True), max(1, proven.steps),
                         proven.rounds_per_chunk, min(max_chunks, direct_chunks), time_limit, progress,
                         known=tuple(composed), max_steps=max((p.steps for p in composed), default=None))
         note += f", and the direct encoding (chunks <= {min(max_chunks, direct_chunks)})"
