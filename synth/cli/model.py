@@ -51,16 +51,16 @@ def add_model_parsers(sub) -> None:
 
 
 def cmd_topo_list(args) -> int:
-    """One line per library machine, generator and syntax; a library machine's line names what its
-    switches can do (its description, else a note after it)."""
-    from synth.core.library import LINK_NOTE, library_names, list_topologies, load_library
+    """One line per library machine, cloud shape, generator and syntax; a machine's or shape's line
+    names what its switches can do (its description, else a note after it)."""
+    from synth.core.library import LINK_NOTE, list_topologies, load_machine, machine_names
     from synth.core.topology_summary import switch_note
 
     rows = list_topologies()
-    library = set(library_names())
+    machines = set(machine_names())
     width = max(len(name) for name, _ in rows)
     for name, description in rows:
-        note = switch_note(load_library(name), description) if name in library else ""
+        note = switch_note(load_machine(name), description) if name in machines else ""
         print(f"{name:<{width}}  {description}{note}")
     print(LINK_NOTE)
     return 0

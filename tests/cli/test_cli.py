@@ -11,7 +11,7 @@ import pytest
 from synth.baselines import registry
 from synth.baselines.common import BaselineNotApplicable
 from synth.cli.main import main
-from synth.core.library import library_names, resolve_topology
+from synth.core.library import library_names, load_library, resolve_topology
 from synth.core.topology import Topology
 from synth.verify import load_schedule, verify
 from tests.test_cost import SHARED_EXAMPLES
@@ -183,7 +183,9 @@ def test_bad_topology_files(capsys, tmp_path):
     assert code == 2 and "duplicate link 0->1" in err
 
 
-ALL_TOPOLOGIES = library_names() + ["ring:8", "hypercube:3", "torus:4x4", "ndv2x2"]
+# the 72-rank racks are slow here (the NVLS baselines build and verify nine 72-rank candidates, ~35 s each)
+ALL_TOPOLOGIES = [name if load_library(name).ranks <= 16 else pytest.param(name, marks=pytest.mark.slow)
+                  for name in library_names()] + ["ring:8", "hypercube:3", "torus:4x4", "ndv2x2"]
 
 
 @pytest.mark.parametrize("topology", ALL_TOPOLOGIES)

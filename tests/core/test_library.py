@@ -11,7 +11,8 @@ from synth.core.errors import InputError, TopologyError
 from synth.core.library import library_folder, library_names, list_topologies, load_library, resolve_topology
 from synth.core.topology import LINK_KINDS, Link, Nic, Topology
 
-LIBRARY = ["a100", "dgx1", "dgx2", "h100", "mi250", "mi300x", "ndv2"]
+LIBRARY = ["a100", "b200", "b300", "dgx1", "dgx2", "gb200nvl72", "gb300nvl72", "h100", "h200", "mi250", "mi300x",
+           "mi325x", "mi355x", "ndv2"]
 
 
 def diameter(t: Topology) -> float:
@@ -42,7 +43,9 @@ def test_library_file_is_valid_and_documented(name):
 
 # which kind every link of a library machine is (NVIDIA NVLink / NVSwitch ports, AMD xGMI)
 LIBRARY_KINDS = {"a100": "nvlink", "dgx1": "nvlink", "dgx2": "nvlink", "h100": "nvlink",
-                 "mi250": "xgmi", "mi300x": "xgmi", "ndv2": "nvlink"}
+                 "mi250": "xgmi", "mi300x": "xgmi", "ndv2": "nvlink",
+                 "h200": "nvlink", "b200": "nvlink", "b300": "nvlink", "gb200nvl72": "nvlink",
+                 "gb300nvl72": "nvlink", "mi325x": "xgmi", "mi355x": "xgmi"}
 
 
 @pytest.mark.parametrize("name", LIBRARY)
@@ -249,7 +252,7 @@ def test_resolve_path(tmp_path):
 @pytest.mark.parametrize(
     "spec, text",
     [
-        ("foo", "unknown topology 'foo'; known: a100, dgx1"),
+        ("foo", "unknown topology 'foo'; known: a100, b200"),
         ("", "empty topology spec"),
         ("ring", "did you mean ring:N"),
         ("mi300x2", "did you mean mi300xx2"),
