@@ -16,7 +16,9 @@ Registered, in the order ``auto`` tries them:
   allreduce encoding: ``synth.smt.switch_sends``), for small instances, where plain sends do
   not reach the budget.
 - ``milp``: the sketch-guided router (routing MILP, ordering LPs, timing), for any machine and
-  any bandwidths; optimises for a size.
+  any bandwidths; optimises for a size. Where switches compute it also plans through them
+  (multicast entries, switch reductions as their dual, allreduce as a pipeline of both) and
+  keeps the faster plan (``synth.milp.synthesize``).
 - ``greedy``: pipelined one-round-per-step schedules with many chunks, in seconds at any scale;
   allreduce and allgather through a switch that reduces and multicasts over every rank (NVLS)
   by the switch planner (``synth.greedy.switches``), mixed with point-to-point sends.
@@ -173,7 +175,6 @@ class Milp(_Planner):
             return _moe(problem, options, "router")
         milp = MilpOptions(solver=options.solver or "highs", time_limit=options.time_limit, gap=options.gap,
                            threads=options.threads)  # bad options are one line before any work
-        _say_point_to_point(self.name, problem, options)
         sketch = self.sketch(problem, options)
         started = time.perf_counter()
         result = route(problem.topology, problem.collective, sketch, milp, root=problem.root,
@@ -386,14 +387,6 @@ def _moe(problem: Problem, options: Options, method: str) -> SolveResult:
     details = {"size": size, "time_us": took, "bound_us": bound, "percent_of_bound": 100.0 * bound / took,
                "plan_seconds": result.seconds}
     return SolveResult(Status.SOLVED, schedule, result.seconds, details=details)
-
-
-def _say_point_to_point(backend: str, problem: Problem, options: Options) -> None:
-    """One line where a backend that plans point to point meets a machine whose switches compute."""
-    names = [s.name for s in problem.topology.switches]
-    if names:
-        options.say(f"{backend}: plans point-to-point sends only; the switch(es) {', '.join(names[:4])}"
-                    f"{' ...' if len(names) > 4 else ''} go unused (--backend greedy plans through them)")
 
 
 def _say_unused_passes(problem: Problem, options: Options) -> None:

@@ -10,8 +10,9 @@ model at its best protocol (what a runtime would run: LL halves bandwidth, Simpl
 alphas, so a move that pays in the protocol-free model can lose under both); rounds are
 recounted for the steps that change; the result is verified.
 
-Only non-combining schedules are hoisted (a copy moved earlier still carries the same value);
-the router hoists reductions through their dual, which is non-combining.
+Only non-combining schedules without switch entries are hoisted (a copy moved earlier still
+carries the same value); the router hoists reductions through their dual, which is
+non-combining.
 
 >>> from synth.core.collectives import broadcast
 >>> from synth.core.topology import Link, Topology
@@ -42,8 +43,8 @@ def hoist_sends(schedule: Schedule, size: float, quotient: Quotient | None = Non
     With a ``quotient``, ``schedule`` holds the representative sends of a symmetric schedule:
     a representative moves with all its images (legal in the full schedule exactly when it is
     for the representative) and times are the full schedule's."""
-    if schedule.collective.combining or len(schedule.steps) < 2:
-        return schedule
+    if schedule.collective.combining or len(schedule.steps) < 2 or schedule.switch_count:
+        return schedule  # switch entries stay where the ordering put them
     steps = [list(step.sends) for step in schedule.steps]
     best = _time(schedule, steps, size, quotient)
     state = _available(schedule, steps)  # recounted only when a move is kept

@@ -16,6 +16,10 @@ and rounded to whole sends. The weights carry the schedule's long-range goals:
 
 Candidates are pruned to the best few per link before the LP (the LP stays small at 128 GPUs).
 
+With switch hyperedges (``synth.milp.multicast``) the step's LP also holds switch deliveries and
+the multicast entries they need, in one packing with the link sends: one chunk on an entry's
+src out-port reaches every dst it delivers to.
+
 With a ``Quotient`` (the sketch's symmetry, ``synth.core.orbits``) the state holds the
 representative chunks only and every limit is per link orbit and per group class: a step of
 representative sends stands for all their images, and the LP grows with the orbits, not the
@@ -40,9 +44,10 @@ from synth.bounds.lp import solve_lp_solution
 from synth.core.collective import Collective
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Step, SwitchSend
 from synth.core.topology import Topology
 from synth.milp.finish import finish_assignment, groups_of
+from synth.milp.multicast import Hyperedges, LinkColumns, choose_step, switch_deliveries
 from synth.verify import checked
 
 _INF = np.inf
@@ -82,6 +87,7 @@ def order_sends(
     max_steps: int | None = None,
     block: int = 1,
     quotient: Quotient | None = None,
+    hyperedges: Hyperedges | None = None,
 ) -> Schedule:
     """A verified one-round-per-step schedule for a non-combining collective.
 
@@ -90,7 +96,9 @@ def order_sends(
     (alpha paid once per block instead of once per round). With a ``quotient`` of this
     topology and collective the result holds the representative sends (its collective is
     ``quotient.rep_collective``; ``quotient.expand`` gives the full schedule) and each step's
-    full loads fit one round.
+    full loads fit one round. With ``hyperedges`` (and no quotient: a switch's ports are not
+    orbit resources) chunks also move through switch multicast entries
+    (``synth.milp.multicast``).
     """
     if not isinstance(block, int) or block < 1:
         raise InputError(f"block must be a positive integer, got {block!r}")
@@ -105,23 +113,17 @@ def order_sends(
         raise InputError("order_sends: the quotient is of another topology or collective")
     symmetric = quotient.order > 1
     if symmetric:
+        if hyperedges is not None:
+            raise InputError("order_sends: switch hyperedges take no quotient (plan the full schedule)")
         collective = quotient.rep_collective
     state = _State.start(topology, collective, rules, quotient)
+    state.hyper = hyperedges
     limit = max_steps or 8 * (collective.chunks + topology.ranks) + 64
     steps: list[Step] = []
     while state.need.any():
         if len(steps) >= limit:
             raise RuntimeError(f"ordering did not finish in {limit} steps (a bug)")
-        if len(steps) % block == 0:
-            state.sendable = state.holds.copy()
-        sends = _next_sends(state, len(steps), solver)
-        if not sends and len(steps) % block:  # what the block could send is spent: a new block starts
-            state.sendable = state.holds.copy()
-            sends = _next_sends(state, len(steps), solver)
-        if not sends:
-            raise RuntimeError("ordering is stuck: no useful send is possible (a bug)")
-        state.apply(sends)
-        steps.append(Step(tuple(sorted(sends)), 1))
+        steps.append(_one_step(state, len(steps), block, solver))
         if progress is not None:
             progress(len(steps), int(state.need.sum()))
     schedule = Schedule(topology, collective, tuple(steps),
@@ -135,10 +137,29 @@ def order_sends(
     return schedule
 
 
-def _next_sends(state, index: int, solver: str) -> list[Send]:
-    """The step's sends: the finishing ones when they end the collective, else the step LP's."""
+def _one_step(state, index: int, block: int, solver: str) -> Step:
+    """The next step, applied to the state: what the block's holdings allow, else (the block's
+    sends spent) what a new block's do."""
+    if index % block == 0:
+        state.sendable = state.holds.copy()
+    sends, entries = _next_sends(state, index, solver)
+    if not sends and not entries and index % block:  # what the block could send is spent: a new block starts
+        state.sendable = state.holds.copy()
+        sends, entries = _next_sends(state, index, solver)
+    if not sends and not entries:
+        raise RuntimeError("ordering is stuck: no useful send is possible (a bug)")
+    state.apply(sends, entries)
+    return Step(tuple(sorted(sends)), 1, tuple(sorted(entries)))
+
+
+def _next_sends(state, index: int, solver: str) -> tuple[list[Send], list[SwitchSend]]:
+    """The step's sends and switch entries: the finishing sends when they end the collective,
+    else the step LP's. Through switches the packing plans every step (the finishing MILP
+    knows links only, and relays what one multicast from the origin would reach)."""
+    if state.hyper is not None:
+        return state.step_with_switches(index, solver)
     sends = state.finishing_sends(solver)
-    return state.step_sends(index, solver) if sends is None else sends
+    return (state.step_sends(index, solver) if sends is None else sends), []
 
 
 @dataclass(eq=False)
@@ -163,7 +184,9 @@ class _State:
     used: np.ndarray         # [orbit] sends so far
     intra_peers: list[list[int]]  # per rank: its intra-machine destinations, in rotation order
     sendable: np.ndarray | None = None  # [rank, chunk]: held when the current block began
+    hyper: Hyperedges | None = None  # switch multicast the steps may use (no quotient then)
     _in_cap: np.ndarray | None = None
+    _static: tuple | None = None  # (bounds, rows per link) of the link columns' fixed rows
     _dist: np.ndarray | None = None
 
     @classmethod
@@ -218,15 +241,74 @@ class _State:
 
     # ------------------------------------------------------------------ one step
     def step_sends(self, index: int, solver: str) -> list[Send]:
-        candidates = self._candidates(index)
-        links, chunks = np.nonzero(candidates)
+        links, chunks, weight = self._link_candidates(index)
         if len(links) == 0:
             return []
-        weight = self._weights(links, chunks, index)
-        keep = _prune(self.orbit[links], weight, np.maximum(PRUNE_FACTOR * self.cap, PRUNE_MIN))
-        links, chunks, weight = links[keep], chunks[keep], weight[keep]
         take = self._assign(links, chunks, weight, solver)
         return [Send(int(c), int(self.src[l]), int(self.dst[l])) for l, c in zip(links[take], chunks[take])]
+
+    def _link_candidates(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(links, chunks, weights) of the step's link candidates, the best few per link."""
+        links, chunks = np.nonzero(self._candidates(index))
+        weight = self._weights(links, chunks, index)
+        keep = _prune(self.orbit[links], weight, np.maximum(PRUNE_FACTOR * self.cap, PRUNE_MIN))
+        return links[keep], chunks[keep], weight[keep]
+
+    def step_with_switches(self, index: int, solver: str) -> tuple[list[Send], list[SwitchSend]]:
+        """The step's link sends and switch entries: one packing LP over both
+        (``synth.milp.multicast``), link columns with the rows ``_assign`` gives them."""
+        links, chunks, weight = self._link_candidates(index)
+        held = self.holds if self.sendable is None else self.sendable
+        origin = _origins(self.quotient.rep_collective if self.quotient.order > 1 else self.quotient.collective,
+                          self.holds.shape[0])
+        deliveries = switch_deliveries(self.hyper, held, origin, self.need, self._delivery_weights)
+        columns = self._link_columns(links, chunks, weight)
+        return choose_step(self.hyper, columns, deliveries, self.src, self.dst, self.holds.shape[1], solver)
+
+    def _link_columns(self, links: np.ndarray, chunks: np.ndarray, weight: np.ndarray) -> LinkColumns:
+        """Every link candidate's rows: its link, its groups (with the switch-port groups it
+        shares by name, which switch entries load too), its write and its first entry."""
+        upper: dict = dict(self._static_upper())
+        in_machine = self._in_machine()
+        chunk_count = self.holds.shape[1]
+        static = self._static_rows
+        rows = []
+        for l, c in zip(links.tolist(), chunks.tolist()):
+            d = int(self.dst[l])
+            write = ("write", d * chunk_count + c)
+            upper[write] = 1
+            if self.cross[l] and not in_machine[self.machine[d], c]:
+                entry = ("entry", int(self.machine[d]) * chunk_count + c)
+                upper[entry] = 1
+                rows.append(static[l] + (write, entry))
+            else:
+                rows.append(static[l] + (write,))
+        return LinkColumns(links, chunks, weight, tuple(rows), upper)
+
+    def _static_upper(self) -> dict:
+        """The rows every step's link columns may load that do not change (links, group
+        classes, switch-port groups) with their bounds; ``_static_rows`` per link, made once."""
+        if self._static is None:
+            port_groups = self.hyper.link_groups()
+            topo = self.topology
+            upper: dict = {}
+            rows = []
+            for l, link in enumerate(topo.links):
+                o = int(self.orbit[l])
+                keys = [("link", o)] + [("class", int(g)) for g in self.group_rows[o]]
+                upper[("link", o)] = float(self.cap[o])
+                upper.update({("class", int(g)): float(self.group_cap[g]) for g in self.group_rows[o]})
+                for name in port_groups.get(link.key, ()):
+                    keys.append(("group", name))
+                    upper[("group", name)] = topo.group_capacity(topo.group_map[name])
+                rows.append(tuple(keys))
+            self._static = (upper, tuple(rows))
+        return self._static[0]
+
+    @property
+    def _static_rows(self) -> tuple:
+        self._static_upper()
+        return self._static[1]
 
     def finishing_sends(self, solver: str) -> list[Send] | None:
         """The last step, when every remaining need can be met within one round from current
@@ -338,8 +420,19 @@ class _State:
         return allowed
 
     def _weights(self, links: np.ndarray, chunks: np.ndarray, index: int) -> np.ndarray:
+        weight = self._delivery_weights(self.dst[links], chunks, self.cross[links])
+        if self.rules.planned is not None:
+            planned = self.rules.planned[links]
+            used = self.used[self.orbit[links]]
+            behind = np.where(planned > 0, 1.0 - used / np.maximum(planned, 1.0), 0.0)
+            weight = weight + 0.5 * np.clip(behind, 0.0, 1.0)
+        return weight
+
+    def _delivery_weights(self, dst: np.ndarray, chunks: np.ndarray, cross: np.ndarray | None = None) -> np.ndarray:
+        """The worth of bringing each chunk to each dst (module docstring); ``cross``: over a
+        link between machines (None: inside one)."""
         ranks = self.holds.shape[0]
-        dst = self.dst[links]
+        cross = np.zeros(len(dst), dtype=bool) if cross is None else cross
         need_left = self.full_need()
         balance = need_left[dst] / max(need_left.max(), 1.0)
         holders = self.holds.sum(axis=0).astype(float)
@@ -349,16 +442,10 @@ class _State:
         np.add.at(in_machine, self.machine, self.holds.astype(float))
         size = np.bincount(self.machine, minlength=machines).astype(float)
         machine_rarity = 1.0 - in_machine[self.machine[dst], chunks] / size[self.machine[dst]]
-        first_entry = (in_machine[self.machine[dst], chunks] == 0) & self.cross[links]
+        first_entry = (in_machine[self.machine[dst], chunks] == 0) & cross
         delivered = self.need[dst, chunks]
-        weight = (np.where(delivered, 2.0, 1.0) + 0.5 * balance + 0.3 * rarity + 0.5 * machine_rarity
-                  + 1.0 * first_entry)
-        if self.rules.planned is not None:
-            planned = self.rules.planned[links]
-            used = self.used[self.orbit[links]]
-            behind = np.where(planned > 0, 1.0 - used / np.maximum(planned, 1.0), 0.0)
-            weight = weight + 0.5 * np.clip(behind, 0.0, 1.0)
-        return weight
+        return (np.where(delivered, 2.0, 1.0) + 0.5 * balance + 0.3 * rarity + 0.5 * machine_rarity
+                + 1.0 * first_entry)
 
     def _assign(self, links: np.ndarray, chunks: np.ndarray, weight: np.ndarray, solver: str) -> np.ndarray:
         """Max-weight sends within link, group and one-write-per-(rank, chunk) limits."""
@@ -439,11 +526,16 @@ class _State:
             np.subtract.at(group_left, g, 1)
         return take
 
-    def apply(self, sends: list[Send]) -> None:
+    def apply(self, sends: list[Send], entries: list[SwitchSend] = ()) -> None:
+        """The step's sends and switch entries land: their dsts hold the chunks."""
         for s in sends:
             self.holds[s.dst, s.chunk] = True
             self.need[s.dst, s.chunk] = False
-        np.add.at(self.used, self.orbit[self.quotient.link_indices(sends)], 1)
+        for entry in entries:
+            self.holds[list(entry.dsts), entry.chunk] = True
+            self.need[list(entry.dsts), entry.chunk] = False
+        if sends:
+            np.add.at(self.used, self.orbit[self.quotient.link_indices(sends)], 1)
 
 
 def _prune(links: np.ndarray, weight: np.ndarray, room: np.ndarray) -> np.ndarray:

@@ -11,7 +11,9 @@ so that the slowest resource finishes earliest (T, in rounds of the k-synchronou
 - a copy landing on a rank that needs it saves that rank one reception inside its machine
   (a second copy of a chunk into the same machine is worth sending when NICs are idle);
 - what a rank still has to receive inside its machine, plus what it only relays, fits through
-  its in-port in T rounds, and the machine's intra traffic through its out-ports.
+  its in-port in T rounds, and the machine's intra traffic through its out-ports (where a
+  multicast switch joins the machine's ranks, a chunk leaves one port once to reach all of
+  them: the out-port row counts chunks, not receptions).
 
 Chunks cross straight from their origin machine (the fabric is one hop between any two
 machines, so a second-hand relay across machines never pays). With a symmetry in the sketch,
@@ -63,12 +65,15 @@ class RoutePlan:
 
 
 def route(topology: Topology, collective: Collective, sketch: Sketch,
-          options: MilpOptions | None = None, quotient: Quotient | None = None) -> RoutePlan:
+          options: MilpOptions | None = None, quotient: Quotient | None = None,
+          multicast: frozenset[int] = frozenset()) -> RoutePlan:
     """The routing MILP (see the module docstring); never raises on a solver timeout.
 
     ``quotient``: the symmetry group to tie variables by and to write constraints for one
     representative each (by default the sketch's rotation, or none); the plan is invariant
-    under it.
+    under it. ``multicast``: machines whose ranks a multicast switch joins: a chunk leaves one
+    of their ports once to reach every rank there that needs it, so their out-port row counts
+    chunks, not receptions.
     """
     started = time.perf_counter()
     if topology.machine_count < 2:
@@ -77,7 +82,7 @@ def route(topology: Topology, collective: Collective, sketch: Sketch,
     options = options or MilpOptions()
     if quotient is None:
         quotient = _rotation_quotient(topology, collective, sketch)
-    return _RoutingModel(topology, collective, sketch, quotient).solve(options, started)
+    return _RoutingModel(topology, collective, sketch, quotient, multicast).solve(options, started)
 
 
 class _RoutingModel:
@@ -90,8 +95,9 @@ class _RoutingModel:
     representative rank b (copies landing on b that it needs).
     """
 
-    def __init__(self, topology: Topology, collective: Collective, sketch: Sketch, quotient: Quotient):
-        self.topology, self.sketch = topology, sketch
+    def __init__(self, topology: Topology, collective: Collective, sketch: Sketch, quotient: Quotient,
+                 multicast: frozenset[int] = frozenset()):
+        self.topology, self.sketch, self.multicast = topology, sketch, multicast
         self.links, self.machine_of = topology.links, topology.machine_of
         self.machine = np.array(topology.machine_of, dtype=np.int64)
         self.origin = np.array([min(pre) for pre in collective.pre], dtype=np.int64)
@@ -224,11 +230,22 @@ class _RoutingModel:
 
     def _out_port_rows(self, out_cap: np.ndarray) -> None:
         """Per machine: the intra loads of its ranks (each its representative's) <= the sum of
-        their out-port capacities x T."""
+        their out-port capacities x T; in a ``multicast`` machine, the chunks that must leave
+        one of its ports at least once (``_multicast_load``) instead of the loads."""
         for m in range(self.topology.machine_count):
             members = [b for b in range(self.topology.ranks) if self.machine_of[b] == m]
-            self.prob += (pulp.lpSum(self.intra_load[self.canon.rank_rep(b)] for b in members)
-                          <= sum(out_cap[b] for b in members) * self.T)
+            capacity = sum(out_cap[b] for b in members) * self.T
+            if m in self.multicast:
+                self.prob += self._multicast_load(m) <= capacity
+                continue
+            self.prob += pulp.lpSum(self.intra_load[self.canon.rank_rep(b)] for b in members) <= capacity
+
+    def _multicast_load(self, m: int) -> float:
+        """Chunks some rank of machine m receives inside it whatever the NICs do: those two or
+        more of its ranks need, and those of its own origins one other rank of it needs."""
+        needers = self.need[self.machine == m].sum(axis=0)
+        own = self.machine[self.origin] == m
+        return float(((needers >= 2) | (own & (needers == 1))).sum())
 
     def _objective(self) -> None:
         """Minimise T, ties broken towards fewer copies (1e-4 per copy orbit)."""

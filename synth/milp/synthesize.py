@@ -10,6 +10,14 @@ orbit of the symmetry group (``synth.core.orbits``): the ordering LPs, the timin
 hoisting see the representatives, with the full schedule's loads; the full schedule is
 expanded once at the end and verified whole.
 
+Through switches that compute (``switch_scope`` says where): the same collective is planned a
+second time with the switches' multicast as hyperedges in the ordering
+(``synth.milp.multicast``), a combining part as its dual with echoed multicasts run backwards
+as switch reductions, allreduce as a pipeline of pieces reduced and multicast through the
+switches (``synth.milp.pipeline``), ports relieved onto links where that shortens a step
+(``synth.milp.relief``); the faster of the two plans at the sketch's size is kept (ties: the
+switch plan), and a progress line says which.
+
 Status: ``solved`` when the routing MILP was solved (or there was nothing to route: one
 machine); ``timeout`` when the routing MILP stopped at its time limit with an incumbent plan
 (the schedule is valid, the plan is not proven optimal), or without one (the ordering then
@@ -34,19 +42,22 @@ import numpy as np
 from synth.bounds.lower_bounds import lower_bounds
 from synth.bounds.solver import MilpOptions
 from synth.core.collective import Collective
-from synth.core.collectives import make_collective
+from synth.core.collectives import allgather, make_collective, reduce_scatter
 from synth.core.errors import InputError
 from synth.core.orbits import Quotient
 from synth.core.planning import on_machine, planning_view
-from synth.core.reductions import DUAL, Part, Reduction, solve_reduced
+from synth.core.reductions import COMPOSITION, DUAL, Part, Reduction, reduction_for, solve_reduced
 from synth.core.schedule import Schedule, Status
 from synth.core.symmetry import chunk_permutation
 from synth.core.topology import Topology
 from synth.cost import format_size, simulate_us, step_time_us
 from synth.milp.exact import best_exact
 from synth.milp.hoist import hoist_sends
+from synth.milp.multicast import Hyperedges, dual_with_switches
 from synth.milp.orbit_cost import orbit_simulate_us, orbit_step_loads
 from synth.milp.ordering import OrderingRules, order_sends
+from synth.milp.pipeline import Piece, pipelined
+from synth.milp.relief import multicast_fanouts, relieve_ports
 from synth.milp.routing import RoutePlan, route
 from synth.milp.sketch import Sketch
 from synth.milp.timing import merge_steps_at_size
@@ -91,25 +102,144 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
         say(view.sources[-1])
         return _on_machine(synthesize(view, collective, sketch, options, root, progress), topology)
     clock = _StageClock()
-    draft = _route_and_order(topology, _collective(topology, collective, root, sketch), sketch, options, say, clock)
+    coll = _collective(topology, collective, root, sketch)
+    planned = _plan(topology, coll, collective, sketch, options, root, say, clock, switches=False)
+    why = switch_scope(topology, coll)
+    if why is None:
+        planned = _fanned_out(planned, topology, sketch.size, say)
+        through = _plan(topology, coll, collective, sketch, options, root, say, clock, switches=True)
+        kept = through.took <= planned.took * (1 + 1e-9)
+        say(f"switch: through the switch(es) {through.took:.1f} us, point to point {planned.took:.1f} us at "
+            f"{format_size(sketch.size)}: {'the switch plan' if kept else _p2p_name(planned)} kept")
+        planned = through if kept else planned
+    elif topology.switches:
+        say(f"switch: not used: {why}")
+    return _result(topology, planned.draft, planned.timed, sketch, options, clock, planned.took, planned.simulated)
+
+
+MAX_SWITCH_CELLS = 8192  # ranks x chunks the ordering plans through switches, in full (h100x4: 2048)
+
+
+def switch_scope(topology: Topology, coll: Collective) -> str | None:
+    """Why the router does not also plan ``coll`` through ``topology``'s switches (None: it
+    does): it needs a switch that multicasts inside one machine (on the reversed topology for
+    a combining collective's dual: one that reduces), and it plans the full schedule (no
+    symmetry), so at most MAX_SWITCH_CELLS ranks x chunks (an allreduce plans one piece of
+    one chunk per rank)."""
+    if not topology.switches:
+        return "the machine has no switch"
+    seen = topology.reversed() if coll.combining and reduction_for(coll) is DUAL else topology
+    if Hyperedges.of(seen) is None:
+        ability = "reduces" if seen is not topology else "multicasts"
+        return f"no switch {ability} inside one machine (the router uses switch multicast and its dual, reduce)"
+    chunks = coll.ranks if reduction_for(coll) is COMPOSITION else coll.chunks
+    if coll.ranks * chunks > MAX_SWITCH_CELLS:
+        return (f"{coll.ranks} ranks x {chunks} chunks: through switches the router plans the full schedule, "
+                f"without the symmetry, up to {MAX_SWITCH_CELLS}")
+    return None
+
+
+def _p2p_name(planned: "_Planned") -> str:
+    return "point to point" + (" (fan-outs as multicasts)" if planned.timed.switch_count else "")
+
+
+def _fanned_out(planned: "_Planned", topology: Topology, size: int, say: Progress) -> "_Planned":
+    """The point-to-point plan with its fan-outs through multicast switches made entries where
+    no step gets slower (``synth.milp.relief.multicast_fanouts``), when that makes the plan
+    faster at the size."""
+    hyper = Hyperedges.of(topology)
+    if hyper is None:
+        return planned
+    fanned = multicast_fanouts(planned.timed, size, hyper.switches)
+    took = step_time_us(fanned, size)
+    if fanned is planned.timed or took >= planned.took * (1 - 1e-9):
+        return planned  # kept only when faster: the same time point to point stays plain
+    say(f"point to point, fan-outs as multicasts: {fanned.switch_count} entries, {planned.took:.1f} -> "
+        f"{took:.1f} us at {format_size(size)}")
+    return replace(planned, timed=fanned, took=took, simulated=simulate_us(fanned, size))
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One plan, timed: its draft, its schedule (full), and its step-model and simulated times."""
+
+    draft: "_Draft"
+    timed: Schedule
+    took: float
+    simulated: float
+
+
+def _plan(topology, coll, collective, sketch, options, root, say, clock, switches: bool) -> _Planned:
+    """Route, order and time ``coll``; ``switches``: through the machine's switches too (no
+    exact stage then: it plans point to point), with port relief after the timing."""
+    if switches and reduction_for(coll) is COMPOSITION:
+        draft = _pipelined_draft(topology, coll, sketch, options, say, clock)
+    else:
+        draft = _route_and_order(topology, coll, sketch, options, say, clock, switches)
     exact_line = None
-    if _exact_applies(topology, collective):
+    if not switches and _exact_applies(topology, collective):
         draft, exact_line = _exact_stage(draft, topology, collective, sketch, options, root, clock)
     before = _time_us(draft.joined, draft.quotient, sketch.size)
     started = time.perf_counter()
     # verified (the representatives, with one)
     timed = merge_steps_at_size(draft.joined, sketch.size, quotient=draft.quotient)
+    if switches:
+        timed = relieve_ports(timed, sketch.size)
     clock.timing += time.perf_counter() - started
     took = _time_us(timed, draft.quotient, sketch.size)
     simulated = (simulate_us(timed, sketch.size) if draft.quotient is None
                  else orbit_simulate_us(draft.quotient, timed, sketch.size))
     if exact_line is not None:
         say(exact_line)
-    say(f"timing: {len(draft.joined.steps)} -> {len(timed.steps)} steps at {format_size(sketch.size)}: "
-        f"{before:.1f} -> {took:.1f} us (event simulation {simulated:.1f} us), {clock.timing:.2f} s")
+    moved = f", {timed.meta['relieved_ports']} deliveries moved from switch ports to links" \
+        if "relieved_ports" in timed.meta else ""
+    say(f"timing{' (through switches)' if switches else ''}: {len(draft.joined.steps)} -> {len(timed.steps)} steps "
+        f"at {format_size(sketch.size)}: {before:.1f} -> {took:.1f} us (event simulation {simulated:.1f} us)"
+        f"{moved}, {clock.timing:.2f} s")
     if draft.quotient is not None:
         timed = _expanded(timed, draft, say, clock)
-    return _result(topology, draft, timed, sketch, options, clock, took, simulated)
+    return _Planned(draft, timed, took, simulated)
+
+
+def _pipelined_draft(topology, coll, sketch, options, say, clock) -> "_Draft":
+    """Allreduce through switches as a pipeline of ``coll.chunks_per_rank`` pieces
+    (``synth.milp.pipeline``): one piece's allgather, and its reduce-scatter two ways (as the
+    ordering chooses, and inside machines by switch reductions alone where a switch covers
+    every machine), each planned at the piece's size; the pipeline faster at the sketch's size
+    is kept."""
+    pieces = coll.chunks_per_rank
+    piece_sketch = replace(sketch, size=max(1, sketch.size // pieces))
+    gather, gather_plan = _switch_part(topology, piece_sketch, options, say, clock, reverse=False)
+    best = None
+    reducing = Hyperedges.of(topology.reversed())
+    for inside in (True, False) if reducing is not None and reducing.covers_machines() else (True,):
+        scatter, plan = _switch_part(topology, piece_sketch, options, say, clock, reverse=True, inside=inside)
+        piece = Piece(scatter, gather)
+        for lag in range(1, len(scatter.steps) + len(gather.steps) + 1):
+            whole = pipelined(piece, pieces, lag)
+            took = step_time_us(relieve_ports(merge_steps_at_size(whole, sketch.size), sketch.size), sketch.size)
+            if best is None or took < best[0] - 1e-9:
+                best = (took, whole, (plan, gather_plan))
+        say(f"pipeline (allreduce, {pieces} pieces, reduce_scatter {'with' if inside else 'without'} links inside "
+            f"machines, lags 1..{len(scatter.steps) + len(gather.steps)}): best so far {best[0]:.1f} us at "
+            f"{format_size(sketch.size)}, lag {best[1].meta['pipeline']['lag']}")
+    return _Draft(Schedule(topology, coll, best[1].steps, best[1].meta), coll, None, best[2])
+
+
+def _switch_part(topology, sketch, options, say, clock, reverse: bool, inside: bool = True):
+    """One piece (one chunk per rank) through the switches: its allgather, or (``reverse``) its
+    reduce_scatter as the echoed allgather on the reversed topology run backwards; ``inside``:
+    links inside machines allowed (else switch entries carry everything inside a machine)."""
+    n = topology.ranks
+    if not reverse:
+        schedule, plan, _ = _forward(topology, allgather(n), sketch, options, say, clock,
+                                     "allgather piece, through switches", (), Hyperedges.of(topology))
+        return schedule, plan
+    seen = topology.reversed()
+    label = f"reduce_scatter piece as reversed allgather, through switches{'' if inside else ' alone'}"
+    forward, plan, _ = _forward(seen, allgather(n), _ReversedSketch(sketch, topology), options, say, clock, label,
+                                (), Hyperedges.of(seen, echo=True), links_inside=inside)
+    return dual_with_switches(forward, topology, reduce_scatter(n)), plan
 
 
 @dataclass(frozen=True)
@@ -133,16 +263,20 @@ class _Routed:
     quotient: Quotient | None
 
 
-def _route_and_order(topology, coll, sketch, options, say, clock) -> _Draft:
+def _route_and_order(topology, coll, sketch, options, say, clock, switches: bool = False) -> _Draft:
     """Routing and ordering of every non-combining part ``synth.core.reductions`` makes of
     ``coll`` (a combining collective as its dual on the reversed topology, allreduce as
-    reduce_scatter then allgather), joined back with their quotients."""
+    reduce_scatter then allgather), joined back with their quotients. ``switches``: each part
+    also through its topology's multicast switches (``synth.milp.multicast``; with the echo
+    in a dual part, so it runs backwards as switch reductions), without a quotient."""
     generators = sketch.symmetry_generators(topology)
 
     def solve_part(part: Part) -> _Routed:
         part_sketch = _ReversedSketch(sketch, topology) if part.reversed else sketch
+        hyper = Hyperedges.of(part.topology, echo=part.reversed) if switches else None
+        label = part.label if hyper is None else f"{part.label}, {hyper.through}"
         schedule, plan, quotient = _forward(part.topology, part.collective, part_sketch, options, say, clock,
-                                            part.label, generators)
+                                            label, () if hyper is not None else generators, hyper)
         return _Routed(schedule, (plan,), quotient)
 
     routed = solve_reduced(topology, coll, solve_part, _join_routed)
@@ -156,6 +290,8 @@ def _join_routed(reduction: Reduction, part: Part, answers) -> _Routed:
     plans = tuple(plan for answer in answers for plan in answer.plans)
     if reduction is DUAL:
         (forward,) = answers
+        if forward.schedule.switch_count:
+            return _Routed(dual_with_switches(forward.schedule, part.topology, part.collective), plans, None)
         if forward.quotient is None:
             return _Routed(reduction.invert(part, [forward.schedule]), plans, None)
         quotient = Quotient.of(part.topology, part.collective, [tuple(g) for g in forward.quotient.generators])
@@ -228,6 +364,7 @@ def _result(topology, draft: _Draft, timed: Schedule, sketch, options, clock, to
         "bound_us": round(bound, 4),
         "percent_of_bound": round(100.0 * bound / took, 2) if took > 0 else 100.0,
     }
+    meta.update({key: timed.meta[key] for key in ("pipeline", "relieved_ports") if key in timed.meta})
     schedule = Schedule(topology, draft.coll, timed.steps, meta)
     times = StageTimes(clock.routing, clock.ordering, clock.timing, clock.exact, clock.verify)
     return RouterResult(schedule, status, times, sketch.size, took, simulated, bound, draft.plans)
@@ -316,24 +453,30 @@ def _collective(topology: Topology, spec: str, root: int | None, sketch: Sketch)
     return make_collective(spec, topology.ranks, root=root, chunks=sketch.chunk_up)
 
 
-def _forward(topology, coll, sketch, options, say, clock, label,
-             generators=()) -> tuple[Schedule, RoutePlan, Quotient | None]:
+def _forward(topology, coll, sketch, options, say, clock, label, generators=(),
+             hyper: Hyperedges | None = None, links_inside: bool = True) -> tuple[Schedule, RoutePlan, Quotient | None]:
     """Routing and ordering of a non-combining collective on ``topology``: one ordering per block
     length in BLOCKS, each merged by the timing stage, the fastest at the sketch's size kept.
-    With a quotient (the sketch's symmetry) the schedule returned holds its representatives."""
+    With a quotient (the sketch's symmetry) the schedule returned holds its representatives;
+    with ``hyper`` the steps also hold switch multicast entries (``links_inside`` False: and
+    only they move chunks inside a machine)."""
     started = time.perf_counter()
     quotient = _quotient(topology, coll, list(generators), say, label, sketch.rank_rotation(topology))
-    plan = route(topology, coll, sketch, options, quotient)
+    plan = route(topology, coll, sketch, options, quotient, frozenset() if hyper is None else hyper.machines())
     clock.routing += time.perf_counter() - started
     say(_plan_line(label, plan, options))
     rules = _rules(topology, coll, sketch, plan, quotient)
+    if not links_inside:
+        machine = topology.machine_of
+        rules = replace(rules, allowed=rules.allowed & np.array([machine[l.src] != machine[l.dst]
+                                                                  for l in topology.links], dtype=bool))
     best = None
     tried = []
     for block in BLOCKS:
         started = time.perf_counter()
         ticker = _Ticker(say, f"ordering ({label}, block {block})", 1 if quotient is None else quotient.order)
         schedule = order_sends(topology, coll, rules, solver=options.solver, block=block, quotient=quotient,
-                               progress=ticker)
+                               progress=ticker, hyperedges=hyper)
         clock.ordering += time.perf_counter() - started
         started = time.perf_counter()
         merged = merge_steps_at_size(schedule, sketch.size, quotient=quotient)
@@ -348,7 +491,7 @@ def _forward(topology, coll, sketch, options, say, clock, label,
             break  # longer blocks stopped paying: alpha is no longer what the schedule waits on
         best = (took, block, schedule, merged)
     took, block, schedule, merged = best
-    sends = schedule.send_count if quotient is None else (
+    sends = schedule.traffic_text if quotient is None else (
         f"{schedule.send_count} representative sends x {quotient.order} rotations")
     say(f"ordering ({label}): one LP per round, rounds in blocks that merge into one step "
         f"({'; '.join(tried)}): block {block} kept, {sends}, {clock.ordering:.2f} s")

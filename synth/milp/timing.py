@@ -26,6 +26,13 @@ block's (None if any is None), so link and group capacities still hold. Because 
 keep their order and nothing in a block reads what it writes, ``simulate_us`` of the merged
 schedule equals that of the original; only the step model (and the step count) changes.
 
+Switch entries read their srcs and write their dsts (what lands replaces: a copy), by the same
+rules; a multicast's echo (its src among its dsts, planned as a reduction's dual) writes
+nothing, but may not share a step with another send of its chunk from its src (run backwards,
+both would write there). Multicasts of one chunk from one src through one switch in a merged
+step become one entry (``coalesced``): the src's out-port carries the chunk once, and the
+dynamic program's loads count it so.
+
 The partition is an exact dynamic program over blocks: dp[j+1] = min over legal i of
 dp[i] + cost(i..j), with cost(i..j) grown incrementally as j extends (loads only grow, so
 only the resources of step j can raise the max). Ties go to fewer steps. Pruning, both exact:
@@ -54,7 +61,7 @@ import numpy as np
 
 from synth.core.errors import InputError, InvalidScheduleError
 from synth.core.orbits import Quotient
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Step, SwitchSend, port_loads
 from synth.cost import simulate_us, step_time_us
 from synth.verify import checked, verify
 
@@ -71,24 +78,76 @@ def merge_starts(schedule: Schedule) -> list[int]:
     >>> merge_starts(relay)  # 1 -> 2 reads what 0 -> 1 wrote
     [0, 1]
     """
-    last_write: dict[tuple[int, int], int] = {}  # (rank, chunk) -> last step writing it
-    last_copy: dict[tuple[int, int], int] = {}  # ... writing it with a copy
+    seen = _Accesses()
     starts: list[int] = []
     low = 0
     for j, step in enumerate(schedule.steps):
-        conflict = -1
-        for send in step.sends:
-            read = last_write.get((send.src, send.chunk), -1)  # read after write
-            written = (last_copy if send.op == "reduce" else last_write).get((send.dst, send.chunk), -1)
-            conflict = max(conflict, read, written)
-        low = max(low, conflict + 1)
+        low = max(low, seen.conflict(step) + 1)
         starts.append(low)
-        for send in step.sends:
-            key = (send.dst, send.chunk)
-            last_write[key] = j
-            if send.op != "reduce":
-                last_copy[key] = j
+        seen.record(j, step)
     return starts
+
+
+class _Accesses:
+    """The last step that wrote, copied into, sent from, or echoed each (rank, chunk), and the
+    latest of them a step conflicts with (module docstring). Switch entries: their srcs read,
+    what lands replaces (a copy). An echo (a lone src among its own dsts: a multicast planned as
+    a reduction's dual) writes nothing, but run backwards it writes its src's copy: it may not
+    share a step with a send of its chunk from its src, nor with an echo of it through another
+    switch. Echoes through the same switch may (the merged step makes them one entry)."""
+
+    def __init__(self):
+        self.write: dict[tuple[int, int], int] = {}
+        self.copy: dict[tuple[int, int], int] = {}
+        self.sent: dict[tuple[int, int], int] = {}  # read by a send or an entry without an echo
+        self.echo: dict[tuple[int, int], tuple[int, str]] = {}  # (step, switch) of the last echo
+
+    def conflict(self, step: Step) -> int:
+        """The last earlier step this one may not share a merged step with (-1: none)."""
+        found = -1
+        for send in step.sends:
+            found = max(found, self.write.get((send.src, send.chunk), -1), self._echoed(send.src, send.chunk),
+                        (self.copy if send.op == "reduce" else self.write).get((send.dst, send.chunk), -1))
+        for entry in step.switches:
+            c = entry.chunk
+            found = max([found] + [self.write.get((rank, c), -1) for rank in (*entry.srcs, *_entry_writes(entry))])
+            if _echoes(entry):
+                found = max(found, self.sent.get((entry.srcs[0], c), -1),
+                            self._echoed(entry.srcs[0], c, entry.switch))
+            else:
+                found = max([found] + [self._echoed(rank, c) for rank in entry.srcs])
+        return found
+
+    def _echoed(self, rank: int, chunk: int, switch: str | None = None) -> int:
+        """The last step that echoed (rank, chunk), through another switch than ``switch``."""
+        step, through = self.echo.get((rank, chunk), (-1, None))
+        return -1 if switch is not None and through == switch else step
+
+    def record(self, j: int, step: Step) -> None:
+        for send in step.sends:
+            self.sent[(send.src, send.chunk)] = j
+            self.write[(send.dst, send.chunk)] = j
+            if send.op != "reduce":
+                self.copy[(send.dst, send.chunk)] = j
+        for entry in step.switches:
+            if _echoes(entry):
+                self.echo[(entry.srcs[0], entry.chunk)] = (j, entry.switch)
+            else:
+                self.sent.update({(rank, entry.chunk): j for rank in entry.srcs})
+            for rank in _entry_writes(entry):
+                self.write[(rank, entry.chunk)] = self.copy[(rank, entry.chunk)] = j
+
+
+def _echoes(entry: SwitchSend) -> bool:
+    return len(entry.srcs) == 1 and entry.srcs[0] in entry.dsts
+
+
+def _entry_writes(entry: SwitchSend) -> tuple[int, ...]:
+    """The ranks a switch entry changes: its dsts, less a lone src writing its own value back
+    (a multicast's echo, ``synth.milp.multicast``)."""
+    if len(entry.srcs) == 1:
+        return tuple(r for r in entry.dsts if r != entry.srcs[0])
+    return entry.dsts
 
 
 def merge_steps_at_size(schedule: Schedule, size_bytes: float, max_block: int | None = None,
@@ -165,7 +224,26 @@ def _merge_block(block: tuple[Step, ...]) -> Step:
         return block[0]
     rounds = None if any(s.rounds is None for s in block) else sum(s.rounds for s in block)
     sends: tuple[Send, ...] = tuple(chain.from_iterable(s.sends for s in block))
-    return Step(sends, rounds)
+    return Step(sends, rounds, coalesced(chain.from_iterable(s.switches for s in block)))
+
+
+def coalesced(entries) -> tuple[SwitchSend, ...]:
+    """Multicasts of one chunk from one src through one switch as one entry to all their dsts
+    (in a merged step the src holds the chunk at the start: one pass reaches them all, one
+    chunk on its out-port); other entries as they are, in order."""
+    out: list[SwitchSend] = []
+    where: dict[tuple, int] = {}
+    for entry in entries:
+        key = (entry.switch, entry.srcs, entry.chunk)
+        if len(entry.srcs) != 1 or key not in where:
+            if len(entry.srcs) == 1:
+                where[key] = len(out)
+            out.append(entry)
+            continue
+        first = out[where[key]]
+        dsts = first.dsts + tuple(d for d in entry.dsts if d not in first.dsts)
+        out[where[key]] = SwitchSend(first.chunk, first.switch, first.srcs, dsts)
+    return tuple(out)
 
 
 class _Loads:
@@ -179,6 +257,7 @@ class _Loads:
 
     def __init__(self, schedule: Schedule, size_bytes: float, quotient: Quotient | None = None):
         topo, steps = schedule.topology, schedule.steps
+        self.b = size_bytes / schedule.collective.buffer_chunks
         n = topo.ranks
         if quotient is None:
             quotient = Quotient.of(topo, schedule.collective, [])
@@ -217,7 +296,6 @@ class _Loads:
         for j in range(len(steps)):
             idx = all_res[cuts[j]:cuts[j + 1]]
             self.rows.append((idx, r_counts[cuts[j]:cuts[j + 1]], alpha[idx], rate[idx]))
-        self.b = size_bytes / schedule.collective.buffer_chunks
         self.counts = np.zeros(width, dtype=np.float64)
 
     def add(self, j: int) -> float:
@@ -234,13 +312,119 @@ class _Loads:
             self.counts[self.rows[j][0]] = 0.0
 
 
+class _EntryLoads:
+    """``_Loads`` for a schedule with switch entries (no quotient): links, groups and switch
+    ports as ``synth.cost.step_loads`` counts them, with the multicasts of one (switch, src,
+    chunk) in a block counted as the one entry ``coalesced`` makes of them: their src's
+    out-port (and an echo's in-port) and its group load once per block."""
+
+    def __init__(self, schedule: Schedule, size_bytes: float):
+        self.b = size_bytes / schedule.collective.buffer_chunks
+        self.index: dict[tuple, int] = {}
+        terms: list[tuple[float, float]] = []
+        self.rows, self.entries = [], []
+        for step in schedule.steps:
+            fixed, once = _entry_terms(schedule.topology, step)
+            self.rows.append(self._vector(fixed, terms))
+            self.entries.append([(key, self._vector(part, terms)[0]) for key, part in once.items()])
+        self.alpha = np.array([t[0] for t in terms], dtype=float)
+        self.rate = np.array([t[1] for t in terms], dtype=float)
+        self.counts = np.zeros(len(terms), dtype=np.float64)
+        self.open: set = set()
+
+    def _vector(self, loads: list, terms: list) -> tuple[np.ndarray, np.ndarray]:
+        """(resource indices, chunks) of (key, chunks, alpha, bandwidth) loads, numbering new
+        resources as they come."""
+        load: dict[int, float] = {}
+        for key, count, alpha, bandwidth in loads:
+            if key not in self.index:
+                self.index[key] = len(terms)
+                terms.append((alpha, bandwidth * 1e3))
+            load[self.index[key]] = load.get(self.index[key], 0.0) + count
+        idx = np.array(sorted(load), dtype=np.int64)
+        return idx, np.array([load[i] for i in idx.tolist()], dtype=float)
+
+    def add(self, j: int) -> float:
+        """Add step j to the running block; the largest term among the resources it touched."""
+        idx, cnt = self.rows[j]
+        self.counts[idx] += cnt
+        touched = [idx]
+        for key, res in self.entries[j]:
+            if key not in self.open:
+                self.open.add(key)
+                np.add.at(self.counts, res, 1.0)
+                touched.append(res)
+        used = np.concatenate(touched)
+        if not used.size:
+            return 0.0
+        return float((self.alpha[used] + self.counts[used] * self.b / self.rate[used]).max())
+
+    def reset(self, touched: list[int]) -> None:
+        for j in touched:
+            self.counts[self.rows[j][0]] = 0.0
+            for _, res in self.entries[j]:
+                self.counts[res] = 0.0
+        self.open.clear()
+
+
+def _entry_terms(topo, step: Step) -> tuple[list, dict]:
+    """(the loads of ``step_terms`` but for what multicasts put on their srcs' ports, those by
+    (switch, src, chunk)): a multicast's out-port and out-group, and with an echo its src's
+    in-port and in-group, are paid once per entry however many merge."""
+    multicasts = [e for e in step.switches if len(e.srcs) == 1]
+    rest = Step(step.sends, step.rounds, tuple(e for e in step.switches if len(e.srcs) != 1))
+    fixed = [(key, count, alpha, bandwidth) for key, count, alpha, bandwidth in step_terms(topo, rest)]
+    once: dict[tuple, list] = {}
+    for entry in multicasts:
+        switch = topo.switch(entry.switch)
+        if switch is None:
+            raise InvalidScheduleError(f"merge_steps_at_size: {topo.name} has no switch {entry.switch!r}")
+        src = entry.srcs[0]
+        for rank in entry.dsts:
+            part = once.setdefault((entry.switch, src, entry.chunk), []) if rank == src else fixed
+            part += _port_terms(topo, switch, rank, "in")
+        once.setdefault((entry.switch, src, entry.chunk), []).extend(_port_terms(topo, switch, src, "out"))
+    return fixed, once
+
+
+def _port_terms(topo, switch, rank: int, direction: str) -> list:
+    """The loads one chunk through ``switch``'s port at ``rank`` puts on the port and its group."""
+    out = [(("port", switch.name, rank, direction), 1, switch.alpha, switch.bandwidth)]
+    group = switch.out_group(rank) if direction == "out" else switch.in_group(rank)
+    if group is not None:
+        out.append((("group", group), 1, 0.0, topo.group_map[group].bandwidth))
+    return out
+
+
+def step_terms(topo, step: Step):
+    """(resource key, chunks, alpha, bandwidth) of every resource one step loads."""
+    per_link: dict[tuple[int, int], int] = {}
+    for send in step.sends:
+        per_link[(send.src, send.dst)] = per_link.get((send.src, send.dst), 0) + 1
+    ports, groups = port_loads(step, topo)
+    for key, count in per_link.items():
+        link = topo.link(*key)
+        if link is None:
+            raise InvalidScheduleError(f"merge_steps_at_size: {key[0]}->{key[1]} is not a link of {topo.name}")
+        yield ("link", key), count, link.alpha, link.bandwidth
+        for group in topo.groups_of_link.get(key, ()):
+            groups[group.name] += count
+    for (name, rank, direction), count in ports.items():
+        switch = topo.switch(name)
+        yield ("port", name, rank, direction), count, switch.alpha, switch.bandwidth
+    for name, count in groups.items():
+        yield ("group", name), count, 0.0, topo.group_map[name].bandwidth
+
+
 def _best_partition(schedule: Schedule, size_bytes: float, starts: list[int], max_block: int | None,
                     quotient: Quotient | None = None):
     """Blocks [(i, j), ...] (half-open) of least total step-model time; ties to fewer blocks."""
     k = len(schedule.steps)
     if k == 0:
         return []
-    loads = _Loads(schedule, size_bytes, quotient)
+    if schedule.switch_count and quotient is not None:
+        raise InputError("merge_steps_at_size: a schedule with switch entries takes no quotient")
+    loads = _EntryLoads(schedule, size_bytes) if schedule.switch_count else _Loads(schedule, size_bytes, quotient)
     single = []
     for j in range(k):
         single.append(loads.add(j))
