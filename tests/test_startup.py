@@ -30,6 +30,22 @@ def _offending(modules: set[str], names) -> list[str]:
     return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
 
 
+# What building the parser may import of synth (issue 43, item 2): the CLI's modules, the error
+# types, and the leaf modules that only name the choices a parser offers. Anything else is a stage
+# that a command loads when it runs.
+PARSER_MODULES = {"synth", "synth.__main__", "synth.cli", "synth.core", "synth.core.errors", "synth.exporters",
+                  "synth.lower", "synth.lower.policies", "synth.msccl", "synth.msccl.runtimes", "synth.program",
+                  "synth.program.ir", "synth.synthesizers"}
+
+
+def test_version_imports_only_the_parser_s_modules():
+    code = ("import contextlib, io\nfrom synth.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main(['--version'])\n    except SystemExit:\n        pass\n")
+    loaded = {m for m in _loaded_after(code) if m == "synth" or m.startswith("synth.")}
+    assert sorted(m for m in loaded if not m.startswith("synth.cli.") and m not in PARSER_MODULES) == []
+
+
 def test_importing_the_cli_loads_nothing_heavy():
     modules = _loaded_after("import synth.cli.main")
     assert _offending(modules, (*HEAVY, *STAGES, "synth.msccl")) == []
@@ -67,12 +83,13 @@ def test_report_sizes_default_is_the_runners():
 
 
 def test_check_keeps_its_names():
-    """synth.cli.check imports its checker on use; the names it offers still resolve."""
+    """synth.cli.check imports its checker and the profiles on use; the runtimes it offers are the
+    profiles', in their order, and the names it exports still resolve."""
     import synth.cli.check as check
     from synth.msccl.load_rules import PROFILES
     from synth.program.deps import Problem
 
-    assert check.PROFILES is PROFILES
+    assert check.RUNTIMES == tuple(PROFILES)
     assert check.Problem is Problem
     for name in check.__all__:
         assert getattr(check, name) is not None

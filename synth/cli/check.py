@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from synth.core.errors import EXIT_INVALID, EXIT_OK, InputError
 
-# The checker (synth.msccl.load_rules, synth.program.replay: numpy) is imported by the functions that
-# run it, not here: building the parser for another command must not load it. PROFILES is
-# synth.msccl.profiles' table (stdlib only), the one load_rules re-exports.
-from synth.msccl.profiles import PROFILES
+# The checker (synth.msccl.load_rules, synth.program.replay: numpy) and the runtimes' profiles are
+# imported by the functions that run them, not here: building the parser must not load them. The
+# parser offers the runtimes' names (synth.msccl.runtimes), in PROFILES order.
+from synth.msccl.runtimes import RUNTIMES
 
 if TYPE_CHECKING:
     from synth.program.ir import Program
@@ -43,7 +43,7 @@ def add_check_parser(sub) -> None:
                                      "rules; exit 0 ok, 4 invalid, 2 unreadable")
     p.add_argument("file")
     p.add_argument("--runtime", action="append", metavar="NAME",
-                   help=f"runtime profile(s) to judge: {', '.join(PROFILES)}, any case (repeatable or comma-separated; "
+                   help=f"runtime profile(s) to judge: {', '.join(RUNTIMES)}, any case (repeatable or comma-separated; "
                         "default: the runtime the file was written for, else all); every verdict is shown")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.set_defaults(func=cmd_check)
@@ -52,12 +52,12 @@ def add_check_parser(sub) -> None:
 def runtimes(values: list[str] | None) -> list[str]:
     """The requested profile names, in PROFILES order; InputError for unknown names."""
     if not values:
-        return list(PROFILES)
+        return list(RUNTIMES)
     names = {v.strip().lower() for value in values for v in value.split(",") if v.strip()}
-    unknown = sorted(names - set(PROFILES))
+    unknown = sorted(names - set(RUNTIMES))
     if unknown:
-        raise InputError(f"unknown runtime {', '.join(unknown)}; known: {', '.join(PROFILES)}")
-    return [name for name in PROFILES if name in names]
+        raise InputError(f"unknown runtime {', '.join(unknown)}; known: {', '.join(RUNTIMES)}")
+    return [name for name in RUNTIMES if name in names]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ def report(path: str, names: list[str] | None = None) -> CheckReport:
     written for, else every profile) are the targets its exit code judges."""
     from synth.msccl.files import read_program_file
     from synth.msccl.load_rules import check_profile, check_program, ok
+    from synth.msccl.profiles import PROFILES
     from synth.msccl.target import written_for
     from synth.program.replay import replay
 

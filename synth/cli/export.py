@@ -41,8 +41,8 @@ def _protocol(text: str) -> str:
 def add_export_parser(sub) -> None:
     """Add ``export`` to ``sub`` (cli.py's subparsers action)."""
     from synth.exporters import EXPORTERS
-    from synth.lower.lowering import CHANNEL_POLICIES
-    from synth.msccl.profiles import RUNTIMES
+    from synth.lower.policies import CHANNEL_POLICIES
+    from synth.msccl.runtimes import RUNTIMES
     from synth.program.ir import PROTOCOL_NAMES, PROTOCOLS
 
     p = sub.add_parser("export", help="lower a schedule (or every range of a selection.json) to thread blocks: "

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from synth.core.collectives import KINDS
+from synth.msccl.runtimes import RUNTIMES  # noqa: F401 (the profiles' names, in PROFILES order)
 from synth.program.ir import MAX_FUSED_REDUCES  # noqa: F401 (a runtime limit the IR's fusion keeps)
 
 
@@ -73,7 +74,6 @@ PROFILES: Mapping[str, Profile] = MappingProxyType({
         requires=_EXECUTOR_REQUIRES,
         max_bytes_exclusive=False, max_bytes_zero_means="unbounded", checks_chunk_counts=False),
 })
-RUNTIMES = tuple(PROFILES)
 
 
 def synth_collective(profile: Profile, spelling: str) -> str | None:
