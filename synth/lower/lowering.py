@@ -67,8 +67,8 @@ from synth.lower.blocks import (
     reduce_dependencies,
 )
 from synth.lower.layout import Layout, buffer_layout
-from synth.lower.policies import CHANNEL_POLICIES
 from synth.lower.plan import PlanConfig, Planner
+from synth.lower.policies import CHANNEL_POLICIES
 from synth.msccl.profiles import MAX_ELEMENTS_PER_RANK, MAX_OFFSET, MAX_PEERS_PER_CHANNEL, PROFILES, Profile
 from synth.program.ir import PROTOCOLS, Program, RankProgram, Threadblock
 
