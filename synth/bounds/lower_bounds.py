@@ -45,7 +45,7 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -199,7 +199,28 @@ def _is_allreduce(coll: Collective) -> bool:
     return coll.combining and coll.ranks > 1 and all(p == everyone for p in coll.pre + coll.post)
 
 
+# (id(topology), collective, ...) -> (topology, its limit), least recently used first
+_LIMITS: OrderedDict[tuple, tuple[Topology, Limit]] = OrderedDict()
+LIMITS_KEPT = 32
+
+
 def _limit(topo: Topology, coll: Collective, max_flow_vars: int, symmetry=None) -> Limit:
+    """``_computed_limit``, once per (topology, collective, flow-LP size cap, symmetry) in a process:
+    an allreduce's bound computes its reduce-scatter and allgather parts, which the walks over
+    those parts then ask for again (issue 43: the flow LP is most of a frontier's time)."""
+    key = (id(topo), coll, max_flow_vars, None if symmetry is None else np.asarray(symmetry).tobytes())
+    hit = _LIMITS.get(key)
+    if hit is not None and hit[0] is topo:
+        _LIMITS.move_to_end(key)
+        return hit[1]
+    limit = _computed_limit(topo, coll, max_flow_vars, symmetry)
+    _LIMITS[key] = (topo, limit)
+    while len(_LIMITS) > LIMITS_KEPT:
+        _LIMITS.popitem(last=False)
+    return limit
+
+
+def _computed_limit(topo: Topology, coll: Collective, max_flow_vars: int, symmetry=None) -> Limit:
     if coll.combining and all(len(p) == 1 for p in coll.post):
         (part,) = DUAL.apply(Part.of(topo, coll))
         dual = _direct_limit(part.topology, part.collective, max_flow_vars, symmetry)

@@ -382,3 +382,23 @@ def test_the_port_view_keeps_whole_capacities():
     cut, 62/7 by the exchange bound (each of 8 ranks moves one chunk in and one out a round)."""
     b = lower_bounds(resolve_topology("h100"), allreduce(8))
     assert b.rounds_per_chunk == Fraction(62, 7)
+
+
+def test_an_allreduce_bound_leaves_its_parts_bounds_computed(monkeypatch):
+    """issue 43: the walks over an allreduce's reduce-scatter and allgather parts ask for the bounds
+    the allreduce's composition already computed; they are not computed again, and are the same."""
+    import synth.bounds.lower_bounds as lb
+    from synth.core.library import resolve_topology as resolve
+
+    topo = resolve("torus:2x3")
+    lb._LIMITS.clear()
+    lower_bounds(topo, allreduce(6))
+    fresh = {name: lb._computed_limit(topo, coll, lb.FLOW_LP_LIMIT) for name, coll in
+             (("rs", reduce_scatter(6)), ("ag", allgather(6)))}
+
+    def recompute(*_args, **_kwargs):
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(lb, "_computed_limit", recompute)
+    assert lower_bounds(topo, reduce_scatter(6)).bandwidth_time_per_byte * 6e3 == pytest.approx(fresh["rs"].full)
+    assert lower_bounds(topo, allgather(6)).bandwidth_time_per_byte * 6e3 == pytest.approx(fresh["ag"].full)
