@@ -97,7 +97,7 @@ def bound_label(doc: dict[str, Any]) -> str:
     if doc.get("collective") == "allreduce" and doc.get("bounds", {}).get("convention", True):
         return "lower bound (RS + AG; trees may pass it)"
     if doc.get("collective") == "allreduce":
-        return "lower bound (proven: every GPU sends and receives the buffer)"
+        return "lower bound (proven, with the switch's reduction: docs/bounds.md)"
     return "lower bound (collective)"
 
 
