@@ -224,7 +224,7 @@ _NETWORK_KINDS = ("net", "sharp")
 _SWITCH_KINDS = frozenset(SWITCH_KIND.values())
 
 
-def _rates(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float) -> _Rates:
+def rates_of(proto: Protocol, terms: RuntimeTerms | None, size_bytes: float) -> _Rates:
     """The protocol's factors, and with ``terms`` the runtime's (see ``RuntimeTerms``)."""
     if terms is None:
         return _Rates({k: proto.alpha_factor(k) for k in _KINDS}, dict.fromkeys(_KINDS, 0.0),
@@ -266,7 +266,7 @@ class StepLoads:
         """Every step's duration (no per-call latency)."""
         proto = protocol_of(protocol)
         _check_protocol(proto, self.protocols)
-        rates = _rates(proto, terms, size_bytes)
+        rates = rates_of(proto, terms, size_bytes)
         b = size_bytes / self.buffer_chunks
         times = []
         for link_terms, group_terms in zip(self.links, self.groups):
@@ -360,7 +360,7 @@ def simulate_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol 
     if schedule.switch_count:
         _check_switches(schedule)
         _check_protocol(proto, SWITCH_PROTOCOLS)
-    rates = _rates(proto, terms, size_bytes)
+    rates = rates_of(proto, terms, size_bytes)
     topo = schedule.topology
     b = size_bytes / schedule.collective.buffer_chunks
     group_time = {g.name: b / (rates.group_bandwidth(g.bandwidth, topo.group_kind(g)) * 1e3) for g in topo.groups}

@@ -158,7 +158,7 @@ def _switch_bounds(topology: Topology, collective: Collective) -> Bounds:
         return replace(_bounds(view, collective, steps, replace(limit, links=0.0, method=note), None),
                        topology=topology.name)
     direct = replace(_direct_limit(view, collective, 0), links=0.0, method=note)
-    exchange = exchange_limit(topology, collective)
+    exchange = exchange_limit(topology, collective, view)
     if exchange is not None:
         direct = replace(_best(exchange, direct), method=f"{note}; {exchange.method}")
     proven = replace(_bounds(view, collective, steps, direct, None), topology=topology.name)

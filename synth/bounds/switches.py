@@ -103,7 +103,7 @@ def exchange_applies(topology: Topology, collective: Collective) -> bool:
             and all(p == everyone for p in collective.pre + collective.post))
 
 
-def exchange_limit(topology: Topology, collective: Collective) -> Limit | None:
+def exchange_limit(topology: Topology, collective: Collective, view: Topology | None = None) -> Limit | None:
     """The exchange bound of an allreduce through switches whose sums replace (None where
     ``exchange_applies`` does not hold).
 
@@ -112,10 +112,10 @@ def exchange_limit(topology: Topology, collective: Collective) -> Limit | None:
     per unit of time (its in and out rates on the port view, under groups), so the time x per
     unit of capacity obeys x (sum in_r + (n-2) sum out_r) >= chunks (n^2 - 2). On n ranks of
     equal rate R that is (n^2-2)/(n(n-1)) of the buffer per rank over R (NVLS as built moves
-    (n+1)/n; the plain cut, 1)."""
+    (n+1)/n; the plain cut, 1). ``view``: ``port_view(topology)`` where the caller has it."""
     if not exchange_applies(topology, collective):
         return None
-    view = port_view(topology)
+    view = port_view(topology) if view is None else view
     n, net = collective.ranks, network_of(view)
     need = len(collective.pre) * (n * n - 2)
     full = need / _weighted_rate(net, n, net.bandwidth, net.group_bandwidth)

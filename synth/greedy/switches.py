@@ -151,7 +151,7 @@ def shaped_applies(topology: Topology, collective: str) -> bool:
 def _shaped_plan(topology: Topology, size: float, terms=None) -> Schedule:
     """The shaped pipeline whose LP is fastest at ``size`` over ``SHAPED_STEPS`` (see the module)."""
     switch = domain_switch(topology)
-    rates = port_rates(topology, switch, terms)
+    rates = port_rates(topology, switch, size, terms)
     shapes = [pipeline_shape(topology.ranks, steps, rates, size) for steps in SHAPED_STEPS]
     shape = min(shapes, key=lambda s: s.time_us)
     return _shaped_allreduce(topology, switch, shape, size)
@@ -256,30 +256,25 @@ def _allreduce(topology: Topology, switch: Switch, pieces: int, slices: int, p2p
     return Schedule(topology, collectives.allreduce(n, pieces * slices), steps, meta)
 
 
-def port_rates(topology: Topology, switch: Switch, terms=None) -> Rates:
+def port_rates(topology: Topology, switch: Switch, size: float, terms=None) -> Rates:
     """The slowest rank's port, group and link rates on ``switch``, and the port's and links'
-    alphas, as the step model charges them: at line rate (the contract model), or under
-    ``terms`` at the runtime's efficiencies and Simple's latencies (switch plans run Simple only).
-    A rank without a group: its port and links together."""
-    from synth.cost import PROTOCOLS, switch_kind
+    alphas, at ``size`` as the step model charges them (``synth.cost.rates_of``): the contract
+    model's, or under ``terms`` Simple's (switch plans run Simple only). A rank without a group:
+    its port and links together."""
+    from synth.cost import protocol_of, rates_of, switch_kind
 
-    def rate(bandwidth: float, kind) -> float:
-        return bandwidth if terms is None else bandwidth * terms.efficiency_of(kind)
-
-    def alpha(value: float, kind) -> float:
-        return value if terms is None else value * terms.latency_scale * PROTOCOLS["simple"].alpha_factor(kind)
-
+    rates = rates_of(protocol_of("ideal" if terms is None else "simple"), terms, size)
     kind = switch_kind(switch)
     groups = {g.name: g for g in topology.groups}
-    link = min(topology.links, key=lambda l: rate(l.bandwidth, l.kind))
-    port, link_rate = rate(switch.bandwidth, kind), rate(link.bandwidth, link.kind)
+    port = rates.link_bandwidth(switch.bandwidth, kind)
+    link = min(rates.link_bandwidth(l.bandwidth, l.kind) for l in topology.links)
     per_rank = []
     for rank in switch.ranks:
         named = [groups[name] for name in (switch.out_group(rank), switch.in_group(rank)) if name in groups]
-        own = [rate(g.bandwidth, topology.group_kind(g)) for g in named]
-        per_rank.append(min(own) if own else port + link_rate * (topology.ranks - 1))
-    return Rates(port, min(per_rank), link_rate, alpha(switch.alpha, kind),
-                 max(alpha(l.alpha, l.kind) for l in topology.links))
+        own = [rates.group_bandwidth(g.bandwidth, topology.group_kind(g)) for g in named]
+        per_rank.append(min(own) if own else port + link * (topology.ranks - 1))
+    return Rates(port, min(per_rank), link, rates.alpha(switch.alpha, kind),
+                 max(rates.alpha(l.alpha, l.kind) for l in topology.links))
 
 
 def shaped_slots(ranks: int, steps: int) -> int:

@@ -68,7 +68,7 @@ def test_the_alphas_are_hidden_under_a_busier_group_where_they_can_be():
 @pytest.mark.parametrize("topology", [resolve_topology("h100"), box(4), box(5, switch_bw=200.0, group_bw=200.0)])
 @pytest.mark.parametrize("steps", [3, 7])
 def test_shaped_schedules_verify(topology, steps):
-    rates = port_rates(topology, domain_switch(topology), _terms())
+    rates = port_rates(topology, domain_switch(topology), 1 << 26, _terms())
     shape = pipeline_shape(topology.ranks, steps, rates, 1 << 26)
     schedule = _shaped_allreduce(topology, domain_switch(topology), shape, 1 << 26)
     assert verify(schedule) == []
