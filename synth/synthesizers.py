@@ -78,7 +78,8 @@ class Options:
     by the direct encoding, reduction in flight, instead of the reduce_scatter + allgather
     composition) and ``smt`` (its SmtOptions, the SAT engine among them; None: the defaults);
     milp: ``solver`` (highs, cbc), ``gap``, ``threads`` and ``sketch`` (a synth.milp Sketch; None:
-    derived); ``progress``: where progress lines go."""
+    derived); greedy: ``terms`` (a runtime's ``synth.cost.RuntimeTerms``: the switch planner picks
+    its plan under them; None: the contract model); ``progress``: where progress lines go."""
 
     time_limit: float | None = 120.0
     direct: bool = False
@@ -88,6 +89,7 @@ class Options:
     sketch: Any = None
     progress: Progress | None = None
     smt: Any = None
+    terms: Any = None
 
     def say(self, line: str) -> None:
         if self.progress is not None:
@@ -239,14 +241,18 @@ class Greedy(_Planner):
                             f"{applies(problem.topology, problem.collective)}")
             return None
         if problem.chunks is None:
-            return switch_plan(problem.topology, problem.collective, problem.at_size)
+            return switch_plan(problem.topology, problem.collective, problem.at_size, options.terms)
         fitting = list(variants(problem.topology, problem.collective, problem.chunks))
         if not fitting:
             options.say(f"greedy: no switch plan has {problem.chunks} chunks per rank; point-to-point pipeline")
             return None
         from synth.cost import step_time_us
 
-        return min(fitting, key=lambda s: step_time_us(s, problem.at_size))
+        if options.terms is None:
+            return min(fitting, key=lambda s: step_time_us(s, problem.at_size))
+        from synth.cost import best_protocol
+
+        return min(fitting, key=lambda s: best_protocol(s, problem.at_size, options.terms)[1])
 
 
 REGISTRY: dict[str, Synthesizer] = {backend.name: backend for backend in (Smt(), Milp(), Greedy())}

@@ -42,7 +42,8 @@ def add_synthesis_parsers(sub) -> None:
                    help="plan within N thread blocks per rank: every rank sends to at most N peers and receives "
                         "from at most N, over links a peer MILP keeps (docs/reports.md)")
     add_calibration_option(p, "also report the schedule's time under a runtime's terms at --size (a "
-                              "synth.calibration file, or 'default'); the search itself uses the contract model")
+                              "synth.calibration file, or 'default'); the search itself uses the contract model, "
+                              "but for greedy's switch planner, which plans under these terms")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_solve)
 
@@ -87,7 +88,7 @@ def cmd_solve(args) -> int:
     _reject_foreign_options(args, backend.name)
     options = synthesizers.Options(time_limit=args.time_limit, solver=args.solver, gap=args.gap,
                                    threads=args.threads, sketch=sketch, progress=progress, direct=args.direct,
-                                   smt=smt_options(args) if backend.name == "smt" else None)
+                                   smt=smt_options(args) if backend.name == "smt" else None, terms=args.terms)
     result = synthesizers.synthesize(problem, options, backend.name)
     result.schedule_or_raise(_what(problem))  # infeasible (3), unknown (5) or a solver failure (1)
     if "size" in result.details:

@@ -138,3 +138,15 @@ def test_a_bad_calibration_is_one_line_and_nothing_is_written(command, nccl_file
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_greedy_plans_the_switch_under_the_calibration(tmp_path, capsys):
+    """With --calibration the switch planner picks its plan under those terms (the shaped pipeline
+    at 1 GiB on h100, within 95% of the runtime bound), not the contract model's pick."""
+    out = tmp_path / "s.json"
+    assert main(["solve", "h100", "allreduce", "--backend", "greedy", "--size", "1G", "--calibration", "default",
+                 "-o", str(out)]) == 0
+    line = re.search(r"under calibration default at 1G: [\d.]+ us .* = ([\d.]+)% of the runtime bound",
+                     capsys.readouterr().err)
+    assert line and float(line.group(1)) >= 95.0
+    assert json.loads(out.read_text())["meta"]["pipeline"] == "shaped"
