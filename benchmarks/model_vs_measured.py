@@ -17,8 +17,10 @@ Every run is costed with what it let NCCL do (its NCCL_ALGO / NCCL_NVLS_ENABLE s
 per-call algorithm lines, ``synth.measure.nccl_env``), as ``synth doctor`` does.
 
 Rows ``synth doctor`` flags as far slower than the machine should be (under the defaults), and
-0-byte rows timed under 5 us (no call made), are left out of every figure and listed. The shared
-runs without a library machine (B200, B300, GB200, GB300, MI355X) are not costed. The H200 pair
+0-byte rows timed under 5 us (no call made), are left out of every figure and listed. A GPU
+generation with defaults of its own (``ARCH_DEFAULTS``: Blackwell, CDNA4) is fitted on its runs
+only, on top of the others' fit (``fit_all``); the A4 two-node allgather run is costed but fitted
+by nothing (SOURCES.md doubts it; doctor finds 20 of its 24 rows slower than the machine). The H200 pair
 runs NCCL over RoCE with GPUDirect RDMA; its small sizes match the ib hop, not the roce one
 (76-101 us: RCCL's two-MI300X run, the only other RoCE run with small sizes), so it is costed as
 ib. ``--fit-defaults`` fits every parameter but ``HELD`` to all
@@ -42,8 +44,8 @@ from synth.baselines.nccl_model import PROTOCOLS, applies, predicted_us, with_nv
 from synth.core.library import resolve_topology
 from synth.core.subset import parse_ranks, sub_topology
 from synth.measure import doctor
-from synth.measure.calibration import DEFAULTS, Calibration
-from synth.measure.fit import Measured, allowed_for, fit, model_us
+from synth.measure.calibration import ARCH_DEFAULTS, DEFAULTS, Calibration
+from synth.measure.fit import Measured, allowed_for, fit, fitted_names, model_us
 from synth.measure.logs import read_runs
 from synth.measure.runtime import Launch, available, describe
 
@@ -61,6 +63,9 @@ class Spec:
     ranks: str | None = None
     transport: str = "ib"
     nic_gbps: float | None = None  # per machine, where the run's NICs differ from the library's
+    settings: tuple[tuple[str, str], ...] = ()  # NCCL settings that override the log's (SOURCES.md says why)
+    collective: str | None = None  # where the log does not name its test
+    fitted: bool = True  # False: costed, but not used to fit the defaults (SOURCES.md doubts the run)
 
 
 SPECS = (
@@ -89,6 +94,22 @@ SPECS = (
     Spec("h100-4gpu-allreduce-ring-1.txt", 0, "h100", "H100", ranks="0-3"),
     Spec("h100-4gpu-allreduce-auto-ring-1.txt", 0, "h100", "H100", ranks="0-3"),
     Spec("h200-2node-16gpu-allreduce-roce-1.txt", 0, "h100x2", "H100"),  # RoCE, costed as ib (the module)
+    # Blackwell (ARCH_DEFAULTS["blackwell"]): HGX boards, NVL72 trays and racks
+    Spec("b200-gcp-a4-8gpu-allreduce-abbrev-1.txt", 0, "a4", "B200"),
+    Spec("b300-8gpu-allreduce-oci-excerpt-1.txt", 0, "oci-b300", "B300"),
+    # "probably not a clean baseline" (SOURCES.md): 260 GB/s busbw on 400 GB/s of NICs per node
+    Spec("b200-gcp-a4-2node-16gpu-allgather-1.txt", 0, "a4x2", "B200", transport="roce", collective="allgather",
+         fitted=False),
+    Spec("gb200-nvl72-4gpu-1node-allreduce-oci-excerpt-1.txt", 0, "gb200nvl72", "GB200", ranks="0-3"),
+    # NVLS state disputed; probably on (in-network.md section 8): costed with NVLS
+    Spec("gb200-nvl72-72gpu-allreduce-1.txt", 0, "gb200nvl72", "GB200", settings=(("NCCL_NVLS_ENABLE", "1"),)),
+    Spec("gb200-nvl72-128gpu-2rack-allreduce-oci-1.txt", 0, "oci-gb200-v3.4x2", "GB200", ranks="0-63,72-135",
+         transport="roce"),
+    Spec("gb300-nvl72-4gpu-1node-allreduce-nvls-oci-excerpt-1.txt", 0, "oci-gb300", "GB300", ranks="0-3"),
+    Spec("gb300-nvl72-64gpu-16node-allreduce-nvls-oci-excerpt-1.txt", 0, "oci-gb300", "GB300", ranks="0-63"),
+    # CDNA4 (ARCH_DEFAULTS["cdna4"])
+    Spec("mi355x-8gpu-allreduce-oci-pollara-excerpt-1.txt", 0, "mi355x", "MI355X"),
+    Spec("mi355x-2node-16gpu-allreduce-1.txt", 0, "mi355xx2", "MI355X", transport="roce"),
 )
 NO_CALL_US = 5.0
 MODELS = ("default", "held out", "calibrated", "nccl model")
@@ -101,6 +122,13 @@ DEFAULTS_PRIOR = 0.05
 HELD = ("nvls_latency_us", "channel_gbps_ll", "channel_gbps_ll128", "channel_gbps_simple", "channel_bytes_ll",
         "channel_bytes_ll128", "channel_bytes_simple", "max_channels")
 FITTED = tuple(name for name in DEFAULTS if name not in HELD)
+# What a GPU generation with its own defaults (ARCH_DEFAULTS) fits on its runs, on top of the base
+# fit: the links' and the switch's efficiency, NVLSTree's head cap, the RoCE stack's hop, the latency.
+# NCCL's own constant where the shared runs cannot pin it (NVLSTree's per-head cap on Blackwell: 43.8
+# GB/s in NCCL 2.29; a free fit trades it against the ring on the one two-rack run)
+ARCH_HELD = {"blackwell": ("nvls_tree_channel_gbps",)}
+ARCH_FITTED = ("efficiency_nvlink", "efficiency_xgmi", "efficiency_nvls", "efficiency_net", "nvls_tree_channel_gbps",
+               "network_hop_us_roce", "latency_scale")
 REGIMES = ("1 machine, < 64 KiB", "1 machine, 64 KiB - 64 MiB", "1 machine, >= 64 MiB",
            "2+ machines, < 64 MiB", "2+ machines, >= 64 MiB")
 
@@ -123,8 +151,8 @@ def load(spec: Spec, logs: Path) -> Measured:
         machine = dataclasses.replace(machine, nic_gbps=spec.nic_gbps)
     launch = Launch(run.launch, run.gpus_per_thread)
     rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
-    collective = run.collective or "allreduce"
-    allowed, chosen = allowed_for(run, collective, machine, where=spec.file)
+    collective = run.collective or spec.collective or "allreduce"
+    allowed, chosen = allowed_for(run, collective, machine, dict(spec.settings), where=spec.file)
     return Measured(f"{spec.file}#{spec.run}", collective, machine, launch, spec.transport, rows, allowed, chosen)
 
 
@@ -157,14 +185,32 @@ def nccl_own(setup, run: Measured, size: float) -> float:
                if applies(setup, algo, proto) and allowed.permits_protocol(proto))
 
 
+def own_arch(run: Measured) -> str | None:
+    """The run's GPU generation where it has defaults of its own (ARCH_DEFAULTS), else None."""
+    return run.machine.arch if run.machine.arch in ARCH_DEFAULTS else None
+
+
+def fit_all(runs: list[Measured], arch: str | None = None) -> Calibration:
+    """The defaults fitted to ``runs``: ``FITTED`` on the runs of generations without defaults of
+    their own, then, for ``arch`` (one with its own), ``ARCH_FITTED`` on that generation's runs."""
+    base = fit([r for r in runs if own_arch(r) is None], Calibration(), names=FITTED, prior=DEFAULTS_PRIOR)
+    group = [r for r in runs if arch is not None and own_arch(r) == arch]
+    if not group:
+        return base
+    held = ARCH_HELD.get(arch, ())
+    names = tuple(name for name in fitted_names(group) if name in ARCH_FITTED and name not in held)
+    base = base.with_parameters(**{name: ARCH_DEFAULTS[arch][name] for name in held})
+    return fit(group, base, names=names, prior=DEFAULTS_PRIOR)
+
+
 def evaluate(logs: Path) -> dict:
     """Every point's model/measured under the three models, per run and regime."""
     runs = {spec: healthy(load(spec, logs)) for spec in SPECS}
     points, per_run, flagged = [], [], []
     for spec, (run, dropped) in runs.items():
-        others = [r for s, (r, _) in runs.items() if s != spec and r.rows]
-        held_out = fit(others, Calibration(), names=FITTED, prior=DEFAULTS_PRIOR)
-        siblings = [r for s, (r, _) in runs.items() if s.kind == spec.kind and s != spec and r.rows]
+        others = [r for s, (r, _) in runs.items() if s != spec and s.fitted and r.rows]
+        held_out = fit_all(others, own_arch(run))
+        siblings = [r for s, (r, _) in runs.items() if s.kind == spec.kind and s != spec and s.fitted and r.rows]
         cal = fit(siblings, held_out) if siblings else held_out
         flagged.extend({"run": run.source, "size_bytes": s} for s in dropped)
         ratios = {key: [] for key in MODELS}
@@ -195,10 +241,11 @@ def _summary(ratios: list[float]) -> dict:
             "geo_mean": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3)}
 
 
-def fit_defaults(logs: Path) -> Calibration:
-    """Every parameter but ``HELD`` fitted to every shared run at once (how DEFAULTS were set)."""
-    runs = [healthy(load(spec, logs))[0] for spec in SPECS]
-    return fit(runs, Calibration(), names=FITTED, prior=DEFAULTS_PRIOR)
+def fit_defaults(logs: Path) -> dict[str | None, Calibration]:
+    """Every parameter but ``HELD`` fitted to every shared run of the generations without defaults
+    of their own (DEFAULTS, key None), then each generation of ARCH_DEFAULTS on its runs."""
+    runs = [healthy(load(spec, logs))[0] for spec in SPECS if spec.fitted]
+    return {arch: fit_all(runs, arch) for arch in (None, *ARCH_DEFAULTS)}
 
 
 def _cell(s: dict) -> str:
@@ -236,8 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.fit_defaults:
-        cal = fit_defaults(args.logs)
-        print(json.dumps({k: v if k in HELD else float(f"{v:.4g}") for k, v in cal.values().items()}, indent=1))
+        fitted = fit_defaults(args.logs)
+        base = fitted[None].values()
+        doc = {"defaults": {k: v if k in HELD else float(f"{v:.4g}") for k, v in base.items()}}
+        for arch, cal in fitted.items():
+            if arch is not None:
+                doc[arch] = {k: float(f"{v:.4g}") for k, v in cal.values().items() if k in cal.parameters
+                             and k in ARCH_FITTED and f"{v:.4g}" != f"{base[k]:.4g}"}
+        print(json.dumps(doc, indent=1))
         return 0
     result = evaluate(args.logs)
     if args.json:

@@ -84,11 +84,12 @@ def add_calibration_option(p: argparse.ArgumentParser, help_text: str = CALIBRAT
     p.add_argument("--calibration", metavar="CAL", help=help_text)
 
 
-def terms_of(args):
-    """The RuntimeTerms of ``--calibration`` (None without it: the contract model)."""
+def terms_of(args, topology=None):
+    """The RuntimeTerms of ``--calibration`` on ``topology`` (its GPU generation's defaults fill
+    what the calibration leaves unset); None without it: the contract model."""
     from synth.measure.calibration import load_terms
 
-    return load_terms(getattr(args, "calibration", None))
+    return load_terms(getattr(args, "calibration", None), getattr(topology, "arch", None))
 
 
 def protocol_choice(text: str) -> str:

@@ -67,7 +67,7 @@ def cmd_bounds(args) -> int:
     topo = topology_of(args.topology)
     coll = collective_of(args.collective, topo.ranks, args.root, args.chunks)
     size = parse_size(args.size or str(coll.size_bytes or "1G"))
-    terms = terms_of(args)
+    terms = terms_of(args, topo)
     if terms is None:
         bounds = lower_bounds(topo, coll)
     else:
@@ -135,10 +135,11 @@ def cmd_cost(args) -> int:
     from synth.cost import parse_sizes
     from synth.verify import load_schedule
 
-    terms = terms_of(args)
-    protocol = args.protocol or ("ideal" if terms is None else "best")
+    terms_of(args)  # a bad calibration is one line before any file is read
     schedules = [load_schedule(path) for path in args.files]
     _check_comparable(args.files, schedules)
+    terms = terms_of(args, schedules[0].topology)
+    protocol = args.protocol or ("ideal" if terms is None else "best")
     fixed = schedules[0].collective.size_bytes
     sizes = parse_sizes(args.sizes or (str(fixed) if fixed else DEFAULT_COST_SIZES))
     tables = [_cost_table(schedule, sizes, protocol, terms) for schedule in schedules]
@@ -305,7 +306,7 @@ def cmd_baseline(args) -> int:
         for algo, reason in table.items():
             print(f"{algo:<20} {'applies' if reason is None else 'n/a: ' + reason}")
         return 0
-    terms = terms_of(args)
+    terms = terms_of(args, topo)
     if terms is not None and args.algo != "nccl":
         raise InputError(f"--calibration chooses among NCCL's options (--algo nccl); {args.algo} has one schedule: "
                          "cost it with synth cost --calibration")

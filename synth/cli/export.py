@@ -182,7 +182,7 @@ def _calibrated(args, schedule, options):
     from synth.measure.calibration import load_terms
     from synth.program.ir import msccl_protocol
 
-    terms = load_terms(args.calibration)
+    terms = load_terms(args.calibration, schedule.topology.arch)
     size = parse_size(args.size) if args.size is not None else (options.max_bytes or 1 << 30)
     if args.protocol is None:
         name, took = best_protocol(schedule, size, terms)

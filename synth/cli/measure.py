@@ -9,6 +9,8 @@ import sys
 
 from synth.core.errors import InputError
 
+# what the runtime model covers (synth.measure.runtime.COLLECTIVES; spelled out so the parser imports nothing)
+COLLECTIVE_CHOICES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce")
 TRANSPORT_HELP = "the network between machines: ib (InfiniBand), roce, tcp (TCP-class, e.g. GPUDirect-TCPX); default ib"
 
 
@@ -41,6 +43,9 @@ def _machine_options(p) -> None:
     p.add_argument("--collnet", choices=("on", "off"), help="CollNet (InfiniBand SHARP) on or off, whatever the log "
                                                             "says (default: the log's NCCL_COLLNET_ENABLE, else on "
                                                             "where the topology has a SHARP switch)")
+    p.add_argument("--collective", choices=COLLECTIVE_CHOICES,
+                   help="the collective the run timed, where the log does not name its test (e.g. a table without "
+                        "its all_gather_perf command line)")
     p.add_argument("--nccl-algo", metavar="VALUE", help="NCCL_ALGO as the run had it, whatever the log says "
                                                         "(e.g. Ring, ^NVLS, allreduce:tree;allgather:ring)")
 
@@ -70,7 +75,10 @@ def measured_runs(paths: list[str], args) -> list:
                 raise InputError(f"{where} ran on {run.machines} machine(s), topology {topology.name} has "
                                  f"{machine.machines}")
             rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
-            collective = run.collective or "allreduce"
+            given = getattr(args, "collective", None)
+            if given and run.collective and given != run.collective:
+                raise InputError(f"{where} is {run.collective}, not {given} (--collective)")
+            collective = run.collective or given or "allreduce"
             allowed, chosen = allowed_for(run, collective, machine, overrides(args), where)
             out.append(Measured(f"{path}#{run.index}", collective, machine,
                                 Launch(run.launch, run.gpus_per_thread), args.transport, rows, allowed, chosen))
@@ -152,7 +160,7 @@ def doctor_bounds(topology, collective: str, cal):
     from synth.core.collectives import make_collective
 
     made = make_collective(collective, topology.ranks)
-    runtime, ideal = runtime_bounds(topology, made, cal.terms()), lower_bounds(topology, made)
+    runtime, ideal = runtime_bounds(topology, made, cal.on(topology.arch).terms()), lower_bounds(topology, made)
     return (lambda size: runtime.bounds.time_us(size) + runtime.call_us if size > 0 else None), \
         (lambda size: ideal.time_us(size) if size > 0 else None)
 

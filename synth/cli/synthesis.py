@@ -79,8 +79,9 @@ def cmd_solve(args) -> int:
     verified there, a summary line, and the schedule."""
     from synth import synthesizers
 
-    args.terms = terms_of(args)  # a bad calibration is one line before any search; loaded once
+    terms_of(args)  # a bad calibration is one line before any search
     topo = topology_of(args.topology)
+    args.terms = terms_of(args, topo)
     sketch = _sketch_file(args, topo)
     problem = synthesizers.Problem(topo, args.collective, args.root, args.chunks, args.steps, args.rounds,
                                    sketch.size if sketch is not None else _size(args), args.max_threadblocks)

@@ -97,7 +97,7 @@ def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
         sources += (SHARP_SOURCE,)
     name = f"{base.name}x{k}" + ("+sharp" if sharp else "")
     return Topology(name, size * k, tuple(links + fabric), tuple(groups), machines,
-                    tuple(nics), sources, tuple(switches))
+                    tuple(nics), sources, tuple(switches), base.arch)
 
 
 def _copies(base: Topology, k: int) -> tuple[list[Link], list[Group], list[Nic], list[Switch]]:

@@ -230,7 +230,8 @@ def shape_topology(name: str) -> Topology:
     kept = tuple(source for source in base.sources if not source.startswith("NICs:"))
     sources = (f"cloud shape {shape.name}: the {shape.base} library machine with the provider's NICs",
                shape.nic_source) + shape.sources + kept
-    return Topology(shape.name, base.ranks, base.links, base.groups, base.machines, nics, sources, base.switches)
+    return Topology(shape.name, base.ranks, base.links, base.groups, base.machines, nics, sources, base.switches,
+                    base.arch)
 
 
 def load_machine(name: str) -> Topology:

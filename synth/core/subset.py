@@ -63,7 +63,8 @@ def sub_topology(topology: Topology, ranks: tuple[int, ...]) -> Topology:
     kept_groups = {group.name for group in groups}
     switches = tuple(kept for switch in topology.switches
                      if (kept := _sub_switch(switch, new, kept_groups)) is not None)
-    return Topology(name, len(ranks), links, tuple(groups), machines, nics, topology.sources, switches)
+    return Topology(name, len(ranks), links, tuple(groups), machines, nics, topology.sources, switches,
+                    topology.arch)
 
 
 def _sub_switch(switch: Switch, new: dict[int, int], groups: set[str]) -> Switch | None:

@@ -26,6 +26,9 @@ TOPOLOGY_VERSIONS = (TOPOLOGY_VERSION, TOPOLOGY_SWITCH_VERSION)
 
 MAX_RANKS = 65536  # bigger machines are refused before anything per rank is built
 LINK_KINDS = ("nvlink", "xgmi", "pcie", "net")  # what a link is made of (optional ``kind``)
+# The GPUs' architecture generation (optional ``arch``), as NCCL and RCCL key their tables: the
+# runtime terms a calibration defaults to depend on it (synth.measure.calibration.ARCH_DEFAULTS).
+ARCHS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "gcn5", "cdna1", "cdna2", "cdna3", "cdna4")
 _WHOLE_TOLERANCE = 1e-9
 
 
@@ -158,6 +161,7 @@ class Topology:
     nics: tuple[Nic, ...] = ()
     sources: tuple[str, ...] = ()
     switches: tuple[Switch, ...] = ()
+    arch: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "links", tuple(self.links))
@@ -178,6 +182,8 @@ class Topology:
             raise TopologyError(f"{where}: 'ranks' is {self.ranks}; synth handles at most {MAX_RANKS} ranks")
         if not self.links and self.ranks > 1:
             raise TopologyError(f"{where}: has {self.ranks} ranks but no links")
+        if self.arch is not None and self.arch not in ARCHS:
+            raise TopologyError(f"{where}: 'arch' is {self.arch!r}; known: {', '.join(ARCHS)}")
         seen: set[tuple[int, int]] = set()
         for link in self.links:
             self._check_rank(link.src, f"link {link.src}->{link.dst}")
@@ -422,11 +428,11 @@ class Topology:
             nics=self.nics,
             sources=self.sources,
             switches=tuple(_reversed_switch(s) for s in self.switches),
+            arch=self.arch,
         )
 
     def renamed(self, name: str) -> "Topology":
-        return Topology(name, self.ranks, self.links, self.groups, self.machines, self.nics, self.sources,
-                        self.switches)
+        return replace(self, name=name)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
@@ -435,8 +441,10 @@ class Topology:
             "version": TOPOLOGY_SWITCH_VERSION if self.switches else TOPOLOGY_VERSION,
             "name": self.name,
             "ranks": self.ranks,
-            "links": [_link_dict(l) for l in self.links],
         }
+        if self.arch is not None:
+            doc["arch"] = self.arch
+        doc["links"] = [_link_dict(l) for l in self.links]
         if self.groups:
             doc["groups"] = [_group_dict(g) for g in self.groups]
         if self.machines is not None:
@@ -490,8 +498,11 @@ class Topology:
         if not all(isinstance(s, str) for s in sources):
             raise TopologyError(f"{where}: 'sources' must be a list of strings")
         switches = tuple(_parse_switch(item, where) for item in _list_field(doc, "switches", where))
+        arch = doc.get("arch")
+        if arch is not None and not isinstance(arch, str):
+            raise TopologyError(f"{where}: 'arch' must be a string (one of {', '.join(ARCHS)})")
         try:
-            return cls(name, ranks, links, groups, machines, nics, tuple(sources), switches)
+            return cls(name, ranks, links, groups, machines, nics, tuple(sources), switches, arch)
         except TopologyError as exc:  # name the file, not just the topology
             detail = str(exc).removeprefix(f"topology {name!r}: ")
             raise TopologyError(f"{where}: {detail}") from None

@@ -77,7 +77,7 @@ def build_topology(desc: MachineDescription, name: str, where: str, gpu: str | N
         _pcie(desc, pcie_pairs, chosen, where, links, groups, sources, cpu)
     nics = _nics(desc, chosen, nic_gbps, sources)
     return Topology(name, n, tuple(links[k] for k in sorted(links)), tuple(groups), machines=(tuple(range(n)),),
-                    nics=nics, sources=tuple(sources), switches=switches)
+                    nics=nics, sources=tuple(sources), switches=switches, arch=chosen.arch if chosen else None)
 
 
 def _nvlink(desc: MachineDescription, chosen, nvlink: str | None, links, groups, sources) -> tuple[int, ...] | None:

@@ -47,6 +47,11 @@ class GpuModel:
     source: str
     nvls: bool = False
 
+    @property
+    def arch(self) -> str:
+        """The architecture generation (``synth.core.topology.ARCHS``) this model belongs to."""
+        return next(family.lower() for family, members in GENERATIONS if self.name in members)
+
 
 def _m(name, kind, gbs, links, pcie, nic, source, nvls=False):
     return GpuModel(name, kind, gbs, links, pcie, nic, source, nvls)

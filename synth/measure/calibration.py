@@ -81,6 +81,27 @@ DEFAULTS: Mapping[str, float] = {
 }
 FRACTIONS = frozenset(name for name in DEFAULTS if name.startswith("efficiency_"))
 
+# Where a GPU generation's runtime differs from DEFAULTS (fitted to the Volta, Ampere, Hopper and
+# CDNA2-3 runs), the terms that generation defaults to, fitted to its own shared runs
+# (benchmarks/model_vs_measured.py --fit-defaults fits each group; docs/cost-model.md). A
+# topology's ``arch`` picks them; a calibration's own parameters still win.
+ARCH_DEFAULTS: Mapping[str, Mapping[str, float]] = {
+    "blackwell": {  # B200 / B300 boards, GB200 / GB300 trays and racks (8 runs)
+        "efficiency_nvlink": 0.7183,
+        # NVLS per switch port: 0.52 of NVLink5's line rate (NCCL's nvlsEfficiency: 0.74 of its 721.8)
+        "efficiency_nvls": 0.5157,
+        "network_hop_us_roce": 64.03,  # OCI's and Google's RoCE stacks (GB200 racks, A4)
+        # NVLSTree's bus bandwidth per head (NCCL 2.29's perChMaxNVLSTreeBw for Blackwell, 2 nodes;
+        # held at NCCL's value: the one two-rack run cannot separate it from the ring)
+        "nvls_tree_channel_gbps": 43.8,
+    },
+    "cdna4": {  # MI355X (2 runs)
+        "efficiency_xgmi": 0.8883,
+        "efficiency_net": 0.8388,
+        "network_hop_us_roce": 7.09,  # Pensando Pollara 400 with RCCL's ANP plugin
+    },
+}
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -93,10 +114,19 @@ class Calibration:
     fit: tuple[Mapping[str, Any], ...] = ()
     excluded: tuple[Mapping[str, Any], ...] = ()
     transport: str = "ib"
+    arch: str | None = None
 
     def get(self, name: str) -> float:
-        """The value of ``name``: this calibration's, else the default."""
-        return float(self.parameters.get(name, DEFAULTS[name]))
+        """The value of ``name``: this calibration's, else its architecture's default (``on``),
+        else the default."""
+        if name in self.parameters:
+            return float(self.parameters[name])
+        return float(ARCH_DEFAULTS.get(self.arch or "", {}).get(name, DEFAULTS[name]))
+
+    def on(self, arch: str | None) -> "Calibration":
+        """This calibration applied to a machine of GPU generation ``arch`` (a topology's
+        ``arch``; None: unknown): the parameters it does not set take that generation's defaults."""
+        return self if arch == self.arch else replace(self, arch=arch)
 
     def values(self) -> dict[str, float]:
         """Every parameter, defaults filled in."""
@@ -171,12 +201,12 @@ def load_calibration(path: str | Path | None) -> Calibration:
     return Calibration.from_doc(read_json(path), str(path))
 
 
-def load_terms(path: str | Path | None) -> RuntimeTerms | None:
-    """The runtime terms of the calibration in ``path`` (``default``: DEFAULTS'; None: none, the
-    contract model)."""
+def load_terms(path: str | Path | None, arch: str | None = None) -> RuntimeTerms | None:
+    """The runtime terms of the calibration in ``path`` on a machine of GPU generation ``arch``
+    (``default``: the defaults of that generation; None: none, the contract model)."""
     if path is None:
         return None
-    return load_calibration(path).terms("default" if str(path) == DEFAULT_NAME else str(path))
+    return load_calibration(path).on(arch).terms("default" if str(path) == DEFAULT_NAME else str(path))
 
 
 def _check_parameters(parameters: Mapping[str, Any], where: str) -> None:

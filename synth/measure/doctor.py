@@ -25,6 +25,7 @@ from synth.measure.runtime import Choice, launch_us
 SLOW = 1.5
 FAR = UNHEALTHY
 CLOSE = 1.15  # the summary's "within" figure
+NEAR = 1.3  # and its looser one
 LATENCY_BOUND = 64 * 1024
 BANDWIDTH_BOUND = 64 * 1024 * 1024
 BELOW = "below the bound"
@@ -110,6 +111,7 @@ def rows(run: Measured, cal: Calibration, bound=None, schedules=(), ideal=None) 
     """Every measured size with its expectation; ``bound(size)`` gives the lower bound printed
     (us), ``ideal(size)`` the line-rate bound when ``bound`` is not it; ``schedules`` are (label,
     StepLoads) pairs costed under the calibration's terms with the run's launch floor."""
+    cal = cal.on(run.machine.arch)
     terms = replace(cal.terms(), launch_us=launch_us(run.launch, cal))
     out = []
     for size, took in run.rows:
@@ -152,10 +154,11 @@ def regions(table: list[Row], machines: int = 1) -> list[Region]:
 
 
 def summary(table: list[Row]) -> str:
-    """One line for the run: rows within ``CLOSE`` of the model, rows below the bound."""
+    """One line for the run: rows within ``CLOSE`` and ``NEAR`` of the model, rows below the bound."""
     close = sum(1 for r in table if 1 / CLOSE <= r.ratio <= CLOSE)
+    near = sum(1 for r in table if 1 / NEAR <= r.ratio <= NEAR)
     below = [r for r in table if r.below_bound]
-    line = f"{close} of {len(table)} rows within {CLOSE}x of the model"
+    line = f"{close} of {len(table)} rows within {CLOSE}x of the model ({near} within {NEAR}x)"
     if not below:
         return line + "; none below the bound"
     beyond = sum(1 for r in below if r.below_line_rate)

@@ -122,6 +122,8 @@ def fit(runs: list[Measured], base: Calibration, topology: str | None = None,
     """A calibration fitted to ``runs``, starting from (and pulled toward) ``base``; ``names``
     (default: ``fitted_names``) are the parameters it may move."""
     names = names or fitted_names(runs)
+    archs = {run.machine.arch for run in runs}
+    base = base.on(archs.pop()) if len(archs) == 1 else base  # one generation: start from its defaults
     rows = [(run, size, took) for run in runs for size, took in run.rows if took > 0]
     keep = [i for i, (run, size, took) in enumerate(rows) if took / model_us(run, size, base) <= UNHEALTHY]
     keep = keep or list(range(len(rows)))
@@ -138,7 +140,7 @@ def fit(runs: list[Measured], base: Calibration, topology: str | None = None,
                      "transport": run.transport} for run in runs)
     table = tuple(_fit_row(run, size, took, cal) for run, size, took in kept)
     excluded = tuple(_fit_row(run, size, took, cal) for run, size, took in far)
-    return Calibration(cal.parameters, topology, sources, table, excluded)
+    return Calibration(cal.parameters, topology, sources, table, excluded, arch=base.arch)
 
 
 def _solve(rows: list, names: tuple[str, ...], base: Calibration, prior: float) -> Calibration:

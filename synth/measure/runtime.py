@@ -31,7 +31,7 @@ NIC = one machine's NICs x ``efficiency_net``, algbw is:
 - ``nvls`` on one domain: allreduce P x n/(n+1) (each port carries (n+1)/n of the buffer each
   way: one ld_reduce share out, one multicast in); allgather / reduce-scatter P (one way carries
   the whole buffer); across domains (NVLS + CollNet/SHARP) min(P x n/(n+1), a domain's NICs);
-- ``nvls_tree``: min(P x n/(n+1), a domain's NICs x N/(2(N-1)), n heads x
+- ``nvls_tree``: min(P x n/(n+1), a domain's NICs x N/(2(N-1)), min(n, 16) heads x
   ``nvls_tree_channel_gbps`` of bus bandwidth), the head cap x NCCL's 45.5/57.7 beyond two domains;
 - ``collnet_direct``: min(intra port x ppn/(2(ppn-1)), NIC) (reduce-scatter to the heads, SHARP
   across, allgather back); ``collnet_chain``: min(intra port / 2, NIC).
@@ -89,6 +89,7 @@ MAX_DIRECT_RANKS = 8  # CollNetDirect: at most this many ranks per machine (enqu
 MIN_BASE_US = min(PROTOCOLS[p].base_us for p in RUNTIME_PROTOCOLS)  # what the runtime bound charges a call
 NVLS_CHANNELS = 16  # NVLS's CTAs on Hopper (nvls.cc NVLS_NCHANNELS_SM90): what a choice reports
 NVLS_TREE_WIDE = NVLS_TREE_CHANNEL_GBPS["hopper"][2] / NVLS_TREE_CHANNEL_GBPS["hopper"][1]  # beyond 2 nodes
+NVLS_TREE_MAX_HEADS = 16  # NVLSTree heads per domain: one per GPU, at most this many (docs/cost-model.md)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class Machine:
     machine's NICs (GB/s, one direction), whose library runs it, and its computing switches:
     the port rate of the NVLS switch (``nvls_gbps``, 0: none), how many ranks it spans
     (``nvls_ranks``) and its alpha (``nvls_alpha``, us), and whether the network aggregates
-    (``sharp``)."""
+    (``sharp``); ``arch``: the GPUs' generation, whose calibration defaults apply."""
 
     name: str
     ranks: int
@@ -113,6 +114,7 @@ class Machine:
     nvls_ranks: int = 0
     sharp: bool = False
     nvls_alpha: float = 0.0
+    arch: str | None = None
 
     @property
     def per_machine(self) -> int:
@@ -193,6 +195,7 @@ def nccl_options(machine: Machine, collective: str, size: float, cal: Calibratio
     if transport not in TRANSPORTS:
         raise InputError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")
     allowed = allowed or Allowed()
+    cal = cal.on(machine.arch)
     floor = launch_us(launch, cal)
     options = []
     for algorithm in considered(machine, collective, allowed):
@@ -275,7 +278,8 @@ def _switch_algbw(machine: Machine, algorithm: str, collective: str, cal: Calibr
         if algorithm == "nvls":
             return inside if domains == 1 else min(inside, net)
         head = cal.get("nvls_tree_channel_gbps") * (1.0 if domains <= 2 else NVLS_TREE_WIDE)
-        return min(inside, net * _nic_share(domains), domain * head / busbw_factor("allreduce", machine.ranks))
+        heads = min(domain, NVLS_TREE_MAX_HEADS)
+        return min(inside, net * _nic_share(domains), heads * head / busbw_factor("allreduce", machine.ranks))
     if algorithm == "collnet_direct":
         return min(intra * ppn / (2 * (ppn - 1)) if ppn > 1 else math.inf, net)
     return min(intra / 2 if ppn > 1 else math.inf, net)
@@ -338,7 +342,7 @@ def _describe(topology: Topology) -> Machine:
     nvls = nvls_switch(topology, first)
     return Machine(topology.name, topology.ranks, len(machines), intra_kind, ring, tree, _port_gbps(one), nic,
                    vendor, nvls.bandwidth if nvls else 0.0, len(nvls.ranks) if nvls else 0, has_sharp(topology),
-                   nvls.alpha if nvls else 0.0)
+                   nvls.alpha if nvls else 0.0, topology.arch)
 
 
 def nvls_switch(topology: Topology, machine: tuple[int, ...]):

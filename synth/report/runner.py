@@ -60,7 +60,7 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     topo = resolve_topology(topology)
     make_collective(collective, topo.ranks).check_on(topo)
     grid = size_grid(sizes)
-    cal = None if calibration == CONTRACT else load_calibration(calibration)
+    cal = None if calibration == CONTRACT else load_calibration(calibration).on(topo.arch)
     terms = None if cal is None else cal.terms(calibration)
     folder = Path(out)
     found = (cand.from_frontier_dir(from_dir, topo, collective) if from_dir

@@ -60,6 +60,8 @@ class NcclOptions:
 
     def __init__(self, topology: Topology, collective: str, calibration, grid: list[int] | None = None):
         self.topology, self.collective, self.calibration = topology, collective, calibration
+        calibration = None if calibration is None else calibration.on(topology.arch)
+        self.calibration = calibration
         self.terms = None if calibration is None else calibration.terms()
         self.schedules = [(label, MODEL_NAMES.get(label.split(" ")[0], label), schedule, step_loads(schedule))
                           for label, schedule in variants(topology, collective, grid or GRID)]
