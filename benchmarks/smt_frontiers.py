@@ -2,8 +2,12 @@
 
 Run: python benchmarks/smt_frontiers.py [--quick] [--only TEXT ...] [--sat ENGINE] [--certify] [--jobs N]
 Each instance runs in a fresh process (so peak memory is its own). ``--sat``: the SAT engine
-under the encoding (z3, cadical, kissat, auto); the "solver s" column is the time spent inside
-the engine's checks (no encoding, LP or start-up time). ``--certify``: the walk certifies every
+under the encoding (z3, cadical, kissat, auto). Times: "wall s" from the process's start to the
+frontier's end (start-up and imports included, as ``synth pareto`` is run; the NCCL comparison
+after it is not counted); "seconds" the search call alone; "bound s" the time inside
+``lower_bounds`` (cuts, flow LPs); "solver s" the time spent inside the engine's checks (no
+encoding, LP or start-up time). What the last two leave of "seconds" is the walk's own work:
+encodings, step LPs, symmetries. ``--certify``: the walk certifies every
 infeasible budget, and the last column is what ``synth check-proof`` takes on the certificates.
 ``--jobs N``: a portfolio of N racing engines on every check (as ``synth pareto --jobs N``, but
 allreduce's two part walks run one after the other, each racing N, so every race is timed in
@@ -58,6 +62,7 @@ ENGINE_ROWS = {"dgx1 allgather pareto", "dgx1 allreduce pareto", "dgx1 alltoall 
 
 def _run(kind, topo_name, coll, root, kwargs, sat, certify, jobs, out):
     from synth.baselines import build_baseline
+    from synth.bounds.lower_bounds import bound_seconds
     from synth.core.library import resolve_topology
     from synth.cost import best_protocol
     from synth.smt.encoding import SmtOptions
@@ -86,6 +91,8 @@ def _run(kind, topo_name, coll, root, kwargs, sat, certify, jobs, out):
         schedules = [result.schedule] if result.schedule else []
         verdict = result.status.value
     seconds = time.perf_counter() - started
+    finished = time.time()  # the wall clock, which the parent read before starting this process
+    bound = bound_seconds()
     ring_ratio = "-"
     try:  # what NCCL runs at 1 GiB (its fastest option), both at their best protocol
         nccl = build_baseline(topo, "nccl", coll, root, None, 1 << 30)
@@ -97,7 +104,7 @@ def _run(kind, topo_name, coll, root, kwargs, sat, certify, jobs, out):
     spent = engine_seconds()
     solver = spent["portfolio"] if "portfolio" in spent else sum(spent.values())
     engines = "+".join(sorted(spent)) or options.sat
-    out.put((points, verdict, seconds, solver, engines, checked, peak, ring_ratio))
+    out.put((points, verdict, seconds, solver, engines, checked, peak, ring_ratio, finished, bound))
 
 
 def _check_again(frontier) -> str:
@@ -128,9 +135,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="N engines race on every check (pareto)")
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
-    print("| instance | frontier / result (S,R,C) | verdict | seconds | solver s (engine) | certificates checked "
-          "| peak MiB | SCCL (peers.md) | NCCL time / ours at 1 GiB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| instance | frontier / result (S,R,C) | verdict | wall s | seconds | bound s | solver s (engine) "
+          "| certificates checked | peak MiB | SCCL (peers.md) | NCCL time / ours at 1 GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, kind, topo, coll, root, kwargs, sccl in INSTANCES:
         if (args.quick and label not in QUICK) or (args.engine_rows and label not in ENGINE_ROWS):
             continue
@@ -138,12 +145,13 @@ def main() -> int:
             continue
         out = ctx.Queue()
         proc = ctx.Process(target=_run, args=(kind, topo, coll, root, kwargs, args.sat, args.certify, args.jobs, out))
+        began = time.time()
         proc.start()
-        points, verdict, seconds, solver, engine, checked, peak, ring = out.get()
+        points, verdict, seconds, solver, engine, checked, peak, ring, finished, bound = out.get()
         proc.join()
         shown = ", ".join(f"({s},{r},{c})" for s, r, c in points)
-        print(f"| {label} | {shown} | {verdict} | {seconds:.2f} | {solver:.2f} ({engine}) | {checked} | {peak:.0f} "
-              f"| {sccl} | {ring} |", flush=True)
+        print(f"| {label} | {shown} | {verdict} | {finished - began:.2f} | {seconds:.2f} | {bound:.2f} "
+              f"| {solver:.2f} ({engine}) | {checked} | {peak:.0f} | {sccl} | {ring} |", flush=True)
     return 0
 
 

@@ -9,6 +9,8 @@
       contributor to every destination); a class's use of a link covers all its flows (copies
       are free); links and groups carry at most bandwidth x T. Solved when it has at most
       ``max_flow_vars`` flow variables (20k; dgx1, rings of 16) and within 10 s, else skipped.
+      From ``SYMMETRIC_FLOW_MIN`` flow variables on it is solved per orbit of the topology's
+      automorphisms: the same optimum, far fewer variables (docs/bounds.md).
   (b) cuts, always: for a rank set S the chunks that must leave S (non-combining: pre inside
       S, post not; combining: pre meets S, post not inside S) over the most rate links and
       groups allow out of S. Candidates: each rank and its complement; each machine, unions of
@@ -45,6 +47,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -59,10 +62,14 @@ from synth.bounds.steps import latency_floor, steps_bound
 from synth.bounds.switches import exchange_limit, port_view, reducing
 from synth.core.collective import Collective
 from synth.core.reductions import DUAL, Part
+from synth.core.symmetry import AUTOMORPHISM_LIMIT, automorphisms, rotation_group
 from synth.core.topology import Topology
 
 _LP = "flow LP (multi-commodity relaxation)"
 FLOW_LP_LIMIT = 20_000  # flow variables; HiGHS needs ~0.4 s at 14k, 10-20 s at 50k
+# flow variables from which the LP is solved per orbit of the topology's automorphisms: the same
+# optimum (docs/bounds.md); torus:4x4 allgather 15360 variables, 4.5 s whole, 0.04 s per orbit
+SYMMETRIC_FLOW_MIN = 5_000
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,24 @@ def lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int 
     preserve the collective and act freely (a ``synth.core.orbits.Quotient``'s ``ranks``); cut
     candidates that are images of one another are then evaluated once. The bounds are the same.
     """
+    started = time.perf_counter()
+    try:
+        return _lower_bounds(topology, collective, max_flow_vars, symmetry)
+    finally:
+        _SPENT[0] += time.perf_counter() - started
+
+
+_SPENT = [0.0]  # seconds inside lower_bounds, in this process
+
+
+def bound_seconds() -> float:
+    """Seconds ``lower_bounds`` has taken in this process (what a benchmark reports as its bound
+    time: cuts, flow LPs and the automorphisms they use; not the step LPs of a search)."""
+    return _SPENT[0]
+
+
+def _lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int,
+                  symmetry: np.ndarray | None) -> Bounds:
     if collective.name in MOE_NAMES:  # one chunk a token: counted over arrays, not per chunk
         return moe_bounds(topology, collective)
     collective.check_on(topology)
@@ -258,18 +283,29 @@ def _direct_limit(topo: Topology, coll: Collective, max_flow_vars: int, symmetry
     if size > max_flow_vars:
         return replace(cuts, method=f"cuts (flow LP skipped: ~{size} variables)")
     mult = list(classes.values())
-    full = flow_lp(net, demands, mult, net.bandwidth, net.group_bandwidth)
+    group = _flow_symmetry(topo) if size >= SYMMETRIC_FLOW_MIN else None
+    full = flow_lp(net, demands, mult, net.bandwidth, net.group_bandwidth, group)
     if full is None:
         return replace(cuts, method="cuts (flow LP: no optimum within the time limit)")
-    links = full if not topo.groups else flow_lp(net, demands, mult, net.bandwidth, None)
+    links = full if not topo.groups else flow_lp(net, demands, mult, net.bandwidth, None, group)
     rounds = None
     if net.capacity is not None:
         if proportional(topo):
             rounds = full * topo.min_link_bandwidth
         else:
-            rounds = flow_lp(net, demands, mult, net.capacity, net.group_capacity)
+            rounds = flow_lp(net, demands, mult, net.capacity, net.group_capacity, group)
     lp = Limit(full, cuts.links if links is None else links, rounds, _LP, _LP, "flow LP + cuts")
     return _best(lp, cuts)
+
+
+def _flow_symmetry(topo: Topology) -> np.ndarray | None:
+    """A group of automorphisms for the flow LP to solve per orbit (None: the identity alone):
+    all of them when there are fewer than ``AUTOMORPHISM_LIMIT`` (found once per topology and its
+    reversal, and shared with the step LP and the searches), else its rank rotations."""
+    perms = automorphisms(topo, AUTOMORPHISM_LIMIT)
+    if len(perms) >= AUTOMORPHISM_LIMIT:  # a truncated list is no group
+        perms = rotation_group(topo)
+    return np.array(perms, dtype=np.int64) if len(perms) > 1 else None
 
 
 def _demands(pre: frozenset[int], post: frozenset[int], combining: bool) -> list[Demand]:

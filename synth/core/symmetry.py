@@ -14,8 +14,8 @@ class goes to chunk i of the image class. Solvers use these to tie symmetric chu
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import networkx as nx
 from networkx.algorithms.isomorphism import DiGraphMatcher
@@ -86,11 +86,36 @@ def _is_automorphism(topology: Topology, perm: tuple[int, ...]) -> bool:
 
 def automorphisms(topology: Topology, limit: int = 64) -> list[tuple[int, ...]]:
     """Up to ``limit`` rank permutations that preserve links (bandwidth, alpha, capacity, kind)
-    and groups (found once per topology and limit)."""
-    return list(_automorphisms(topology, limit))
+    and groups (found once per topology and limit; a topology's reversal, which a reduction's
+    dual runs on, has the same ones, and is given the same list)."""
+    key = (_structure(topology), limit)
+    found = _FOUND.get(key)
+    if found is None:
+        found = _FOUND[key] = _automorphisms(topology, limit)
+        while len(_FOUND) > 64:
+            _FOUND.popitem(last=False)
+    else:
+        _FOUND.move_to_end(key)
+    return list(found)
 
 
-@lru_cache(maxsize=64)
+_FOUND: OrderedDict[tuple, tuple[tuple[int, ...], ...]] = OrderedDict()  # least recently used first
+
+
+def _structure(topology: Topology) -> frozenset:
+    """What ``_automorphisms`` reads of a topology, and the same read of its reversal (a
+    permutation preserves links and groups iff it preserves them reversed): links in their
+    order with their labels, groups. Not the name. (The graph matcher lists the automorphisms
+    of every library machine and generator in the same order for both: tests/bounds.)"""
+    ways = []
+    for flip in (False, True):
+        links = tuple(((l.dst, l.src) if flip else (l.src, l.dst), _link_label(l)) for l in topology.links)
+        groups = tuple((tuple((b, a) if flip else (a, b) for a, b in g.links), g.bandwidth, g.capacity)
+                       for g in topology.groups)
+        ways.append((topology.ranks, links, groups))
+    return frozenset(ways)
+
+
 def _automorphisms(topology: Topology, limit: int) -> tuple[tuple[int, ...], ...]:
     graph = nx.DiGraph()
     graph.add_nodes_from(range(topology.ranks))

@@ -246,3 +246,20 @@ def test_a_session_keeps_only_the_solvers_of_the_step_count_it_is_at():
     assert session.solve(3, 3, 2, time_limit=30).status.value == "solved"
     assert session._instances or session._symmetric
     assert {key[0] for key in list(session._instances) + list(session._symmetric)} == {3}
+
+
+@pytest.mark.parametrize("name", ["torus:4x4", "hypercube:4"])
+def test_sixteen_rank_allreduce_frontiers_are_unchanged(name):
+    """Issue 43: ``synth pareto torus:4x4 allreduce`` took 58 s, most of it the flow LPs behind
+    its bounds; solved per orbit of the automorphisms they take well under a second, and the
+    frontier, its attempts and its bounds are the ones recorded before."""
+    from synth.core.library import resolve_topology
+    from synth.smt.strategies import pareto
+    from synth.verify import verify
+
+    frontier = pareto(resolve_topology(name), "allreduce", time_limit=120)
+    assert frontier.complete and [(p.steps, p.rounds, p.chunks) for p in frontier.points] == [(8, 30, 4)]
+    assert all(verify(p.schedule) == [] for p in frontier.points)
+    assert [(a.steps, a.rounds, a.chunks, a.status.value) for a in frontier.attempts] == \
+        [(4, 8, 1, "solved"), (4, 15, 4, "solved")] * 2
+    assert frontier.bounds == {"steps": 4, "rounds_per_chunk": "4", "composition_rounds_per_chunk": "15/2"}
