@@ -161,6 +161,16 @@ class _Planner:
         return None
 
 
+def _judge(problem: Problem, options: Options):
+    """How a backend compares its candidate plans: under ``--calibration``'s terms at the problem's
+    size, each at its fastest protocol; None (the step model) without one."""
+    if options.terms is None:
+        return None
+    from synth.cost import best_protocol
+
+    return lambda schedule: best_protocol(schedule, problem.at_size, options.terms)[1]
+
+
 class Milp(_Planner):
     name = "milp"
     summary = "the sketch-guided router (routing MILP, ordering LPs, timing): any machine, optimised for a size"
@@ -180,7 +190,7 @@ class Milp(_Planner):
         sketch = self.sketch(problem, options)
         started = time.perf_counter()
         result = route(problem.topology, problem.collective, sketch, milp, root=problem.root,
-                       progress=options.progress)
+                       progress=options.progress, judge=_judge(problem, options))
         details = {"size": result.size, "time_us": result.time_us, "simulated_us": result.simulated_us,
                    "bound_us": result.bound_us, "percent_of_bound": result.percent_of_bound}
         return SolveResult(result.status, result.schedule, time.perf_counter() - started, details=details)
@@ -208,6 +218,16 @@ class Greedy(_Planner):
 
     def available(self) -> bool:
         return True
+
+    @staticmethod
+    def prefers(problem: Problem) -> bool:
+        """``auto`` takes greedy for an allreduce in one NVLink domain whose switch reduces and
+        multicasts: its shaped switch pipeline meets the exchange bound there (docs/greedy.md),
+        where the router's staggered pieces reach about 88% of it."""
+        from synth.greedy.switches import applies
+
+        return (problem.collective == "allreduce" and problem.topology.machine_count == 1
+                and applies(problem.topology, "allreduce") is None)
 
     def solve(self, problem: Problem, options: Options) -> SolveResult:
         from synth.bounds.lower_bounds import lower_bounds
@@ -273,13 +293,18 @@ def get(name: str) -> Synthesizer:
 
 def choose(problem: Problem, name: str = AUTO) -> Synthesizer:
     """The backend ``name`` if it takes ``problem``, or with ``auto`` the first available one
-    that does; InputError (one line, the reason) otherwise."""
+    that prefers it (``Greedy.prefers``), else the first that takes it; InputError (one line, the
+    reason) otherwise."""
     if name != AUTO:
         backend = get(name)
         why = "not installed" if not backend.available() else backend.accepts(problem)
         if why is not None:
             raise InputError(f"--backend {name}: {why}")
         return backend
+    for backend in REGISTRY.values():
+        if getattr(backend, "prefers", None) and backend.available() and backend.accepts(problem) is None \
+                and backend.prefers(problem):
+            return backend
     reasons = {}
     for backend in REGISTRY.values():
         why = "not installed" if not backend.available() else backend.accepts(problem)

@@ -65,6 +65,31 @@ def test_auto_answers_an_instance_with_smt_and_a_size_with_the_router():
     assert synthesizers.choose(synthesizers.Problem(ring, "allgather", size=1 << 20)).name == "milp"
 
 
+def test_auto_takes_the_switch_pipeline_for_allreduce_in_one_nvls_domain():
+    """Greedy's shaped pipeline meets the exchange bound there; the router's pieces do not."""
+    h100, h100x2 = resolve_topology("h100"), resolve_topology("h100x2")
+    assert synthesizers.choose(synthesizers.Problem(h100, "allreduce", size=1 << 30)).name == "greedy"
+    assert synthesizers.choose(synthesizers.Problem(h100, "allgather", size=1 << 30)).name == "milp"
+    assert synthesizers.choose(synthesizers.Problem(h100x2, "allreduce", size=1 << 30)).name == "milp"
+    result = synthesizers.synthesize(synthesizers.Problem(h100, "allreduce", size=1 << 30))
+    assert result.details["percent_of_bound"] >= 99.0
+
+
+def test_the_router_compares_its_two_plans_under_the_calibration():
+    """On Blackwell the switch's ports run below NVLink (efficiency_nvls < efficiency_nvlink): the
+    plan through the switch ties point to point in the step model but loses under the terms."""
+    from synth.cost import best_protocol
+    from synth.measure.calibration import load_terms
+
+    b300 = resolve_topology("b300")
+    terms = load_terms("default", b300.arch)
+    problem = synthesizers.Problem(b300, "allgather", size=1 << 30)
+    plain = synthesizers.synthesize(problem, synthesizers.Options(), "milp").schedule
+    judged = synthesizers.synthesize(problem, synthesizers.Options(terms=terms), "milp").schedule
+    assert plain.switch_count > 0 and judged.switch_count == 0
+    assert best_protocol(judged, 1 << 30, terms)[1] < best_protocol(plain, 1 << 30, terms)[1]
+
+
 def test_smt_refuses_a_machine_without_whole_capacities_and_names_the_rate():
     problem = synthesizers.Problem(pcie_box(), "allgather", steps=2)
     assert synthesizers.get("smt").scope(problem.topology) is not None

@@ -93,14 +93,18 @@ class RouterResult:
 
 
 def synthesize(topology: Topology, collective: str, sketch: Sketch, options: MilpOptions | None = None,
-               root: int | None = None, progress: Progress | None = None) -> RouterResult:
-    """Route, order and time ``collective`` on ``topology`` as the sketch says (module docstring)."""
+               root: int | None = None, progress: Progress | None = None,
+               judge: Callable[[Schedule], float] | None = None) -> RouterResult:
+    """Route, order and time ``collective`` on ``topology`` as the sketch says (module docstring).
+    ``judge``: the time (us) by which the plan through the switches and the point-to-point one are
+    compared (a runtime's terms at the size, where the switch's ports run at another efficiency
+    than the links); None: the step model at the sketch's size."""
     options = options or MilpOptions()
     say = progress or (lambda line: None)
     if not topology.rounds_apply:
         view = planning_view(topology)
         say(view.sources[-1])
-        return _on_machine(synthesize(view, collective, sketch, options, root, progress), topology)
+        return _on_machine(synthesize(view, collective, sketch, options, root, progress, judge), topology)
     clock = _StageClock()
     coll = _collective(topology, collective, root, sketch)
     planned = _plan(topology, coll, collective, sketch, options, root, say, clock, switches=False)
@@ -108,9 +112,11 @@ def synthesize(topology: Topology, collective: str, sketch: Sketch, options: Mil
     if why is None:
         planned = _fanned_out(planned, topology, sketch.size, say)
         through = _plan(topology, coll, collective, sketch, options, root, say, clock, switches=True)
-        kept = through.took <= planned.took * (1 + 1e-9)
-        say(f"switch: through the switch(es) {through.took:.1f} us, point to point {planned.took:.1f} us at "
-            f"{format_size(sketch.size)}: {'the switch plan' if kept else _p2p_name(planned)} kept")
+        a, b = (through.took, planned.took) if judge is None else (judge(through.timed), judge(planned.timed))
+        kept = a <= b * (1 + 1e-9)
+        say(f"switch: through the switch(es) {a:.1f} us, point to point {b:.1f} us at {format_size(sketch.size)}"
+            f"{'' if judge is None else ' under the runtime terms'}: "
+            f"{'the switch plan' if kept else _p2p_name(planned)} kept")
         planned = through if kept else planned
     elif topology.switches:
         say(f"switch: not used: {why}")
