@@ -5,7 +5,8 @@ Run: python benchmarks/moe.py [--quick] [--json FILE] [--markdown FILE]
 Routings are synthetic (``synth routing make``: 256 experts, top-8, 7168 x bf16 = 14336 bytes per
 token, seeded). Every figure is the contract step model ("ideal", default constants, no
 calibration) at the routing's own size; combine is costed on its own (reversed) plan. Every plan,
-dispatch and combine, is verified by the array replay before it is counted. Planner seconds are
+dispatch and combine, is verified before it is counted (the array replay; with switch entries, the
+schedule verifier's bit-set replay). Planner seconds are
 the median of ``--repeat`` runs in this process (routing to pipelined plan, arrays only);
 router seconds are one run (MILP with HiGHS at its default gap, then the equitable split).
 """
@@ -33,10 +34,9 @@ def measure(machine: str, popularity: str, tokens: int, imbalance: float, repeat
     from synth.core.library import resolve_topology
     from synth.moe.costing import LinkTable
     from synth.moe.generate import make_routing
-    from synth.moe.plan import reversed_hops, step_arrays
+    from synth.moe.plan import plan_valid, reversed_hops
     from synth.moe.router import DEFAULT_GAP
     from synth.moe.synthesize import METHODS, plan_hops
-    from synth.verify import arrays_valid
 
     topo = resolve_topology(machine)
     routing = make_routing(topo.ranks, EXPERTS, TOPK, tokens, TOKEN_BYTES, popularity, seed=seed, imbalance=imbalance)
@@ -52,7 +52,7 @@ def measure(machine: str, popularity: str, tokens: int, imbalance: float, repeat
         row[f"{method}.seconds"] = seconds
         row[f"{method}.depth"] = details["depth"]
         for kind, plan in (("moe_dispatch", hops), ("moe_combine", reversed_hops(hops))):
-            if not arrays_valid(topo, routing.collective(kind), step_arrays(plan)):
+            if not plan_valid(topo, routing.collective(kind), plan):
                 raise SystemExit(f"{machine} {popularity} x{imbalance} {tokens}: {method} {kind} does not verify")
             row[f"{kind}.{method}_us"] = table.time_us(plan, TOKEN_BYTES)
     row["planner.seconds"] = statistics.median(

@@ -13,6 +13,8 @@ take the earliest steps) and its forwards in c + 1; local deliveries share steps
 way. K is the one whose plan is fastest in the step model (``synth.moe.planner.best_depth``). Every rank receives a
 token at most once, so the plan is a tree per token, and ``reversed_hops`` runs it backwards as
 the combine: each rank adds its output to what its children sent and passes the sum to its parent.
+Plans inside one switch domain (``synth.moe.fanout``) may also hold switch entries (``Fans``):
+multicasts in dispatch, which ``reversed_hops`` turns into switch reduces.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from synth.core.collective import Collective
 from synth.core.routing import Routing
-from synth.core.schedule import Schedule, Send, Step
+from synth.core.schedule import Schedule, Send, Step, SwitchSend
 from synth.core.topology import Topology
 
 
@@ -88,8 +90,31 @@ class Carriers:
 
 
 @dataclass(frozen=True, eq=False)
+class Fans:
+    """Switch entries as arrays: entry i moves ``chunk[i]`` in ``step[i]`` through switch
+    ``switch[i]`` (an index into ``topology.switches``) between its ``root`` and its leaves
+    ``leaves[ptr[i]:ptr[i + 1]]`` (two or more): a multicast root -> leaves (dispatch), or, in a
+    ``Hops`` that reduces, the leaves' partial sums (and the root's own, where ``with_root[i]``)
+    summed into the root (combine). ``root_needs[i]``: the root is one of the chunk's
+    destinations (in combine it starts with an output of its own)."""
+
+    chunk: np.ndarray
+    step: np.ndarray
+    switch: np.ndarray
+    root: np.ndarray
+    ptr: np.ndarray
+    leaves: np.ndarray
+    root_needs: np.ndarray
+    with_root: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.chunk)
+
+
+@dataclass(frozen=True, eq=False)
 class Hops:
-    """A plan's sends as arrays, one entry a send of ``chunk`` from ``src`` to ``dst`` in ``step``."""
+    """A plan's sends as arrays, one entry a send of ``chunk`` from ``src`` to ``dst`` in ``step``;
+    ``fans``: its switch entries, if any."""
 
     chunk: np.ndarray
     src: np.ndarray
@@ -97,6 +122,7 @@ class Hops:
     step: np.ndarray
     steps: int
     reduce: bool = False
+    fans: Fans | None = None
 
     def by_step(self, order: np.ndarray) -> list[np.ndarray]:
         """``order`` (an ordering of the sends, by step first) cut into one index array per step."""
@@ -152,8 +178,32 @@ class DispatchPlan:
 
 
 def reversed_hops(hops: Hops) -> Hops:
-    """The plan backwards as reductions: every send turned around, the last step first."""
-    return Hops(hops.chunk, hops.dst, hops.src, hops.steps - 1 - hops.step, hops.steps, not hops.reduce)
+    """The plan backwards as reductions: every send turned around, the last step first. A
+    multicast becomes a switch reduce of its leaves into its root; what lands replaces the root's
+    copy, so the root is a src too where it holds a partial sum by then (it is a destination, or
+    it sends the chunk on later in the dispatch, which runs earlier here)."""
+    fans = hops.fans
+    if fans is not None and not hops.reduce:
+        with_root = fans.root_needs | _sends_later(hops)
+        fans = Fans(fans.chunk, hops.steps - 1 - fans.step, fans.switch, fans.root, fans.ptr, fans.leaves,
+                    fans.root_needs, with_root)
+    elif fans is not None:
+        raise ValueError("a combine plan does not reverse into a dispatch")
+    return Hops(hops.chunk, hops.dst, hops.src, hops.steps - 1 - hops.step, hops.steps, not hops.reduce, fans)
+
+
+def _sends_later(hops: Hops) -> np.ndarray:
+    """Per switch entry of a dispatch, whether its root sends the chunk in a later step (by a
+    link or as another entry's root)."""
+    fans = hops.fans
+    ranks = int(max(hops.src.max(initial=0), hops.dst.max(initial=0), fans.root.max(initial=0),
+                    fans.leaves.max(initial=0))) + 1
+    key = np.concatenate((hops.chunk * ranks + hops.src, fans.chunk * ranks + fans.root))
+    step = np.concatenate((hops.step, fans.step))
+    unique, inverse = np.unique(key, return_inverse=True)
+    last = np.full(len(unique), -1, dtype=np.int64)
+    np.maximum.at(last, inverse, step)
+    return last[inverse[len(hops.chunk):]] > fans.step
 
 
 def _relays(traffic: Traffic, carriers: Carriers, relayed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -204,19 +254,54 @@ class _Spread:
 def to_schedule(hops: Hops, topology: Topology, collective: Collective, meta: dict,
                 rounds: list[int] | None = None) -> Schedule:
     """The plan as a synth.schedule, sends sorted within each step, with ``rounds`` per step
-    (None: no k-synchronous budget)."""
+    (None: no k-synchronous budget); switch entries (v2) sorted by chunk within each step."""
     op = "reduce" if hops.reduce else "copy"
     budgets = rounds or [None] * hops.steps
+    entries = _switch_entries(hops, topology)
     steps = []
-    for at, budget in zip(hops.by_step(np.lexsort((hops.dst, hops.src, hops.chunk, hops.step))), budgets):
+    for index, (at, budget) in enumerate(zip(hops.by_step(np.lexsort((hops.dst, hops.src, hops.chunk, hops.step))),
+                                             budgets)):
         chunks, srcs, dsts = hops.chunk[at].tolist(), hops.src[at].tolist(), hops.dst[at].tolist()
-        steps.append(Step(tuple(map(Send, chunks, srcs, dsts, [op] * len(chunks))), budget))
+        steps.append(Step(tuple(map(Send, chunks, srcs, dsts, [op] * len(chunks))), budget, entries[index]))
     return Schedule(topology, collective, tuple(steps), meta)
 
 
+def _switch_entries(hops: Hops, topology: Topology) -> list[tuple[SwitchSend, ...]]:
+    """Every step's switch entries: multicasts root -> leaves, or reduces leaves (+ root) -> root."""
+    out: list[list[SwitchSend]] = [[] for _ in range(hops.steps)]
+    fans = hops.fans
+    if fans is None:
+        return [()] * hops.steps
+    names = [switch.name for switch in topology.switches]
+    leaves, ptr = fans.leaves.tolist(), fans.ptr.tolist()
+    with_root = fans.with_root.tolist() if fans.with_root is not None else [False] * len(fans)
+    for i in np.lexsort((fans.chunk, fans.step)).tolist():
+        root, ends = int(fans.root[i]), tuple(sorted(leaves[ptr[i]:ptr[i + 1]]))
+        if hops.reduce:
+            srcs, dsts = (tuple(sorted((*ends, root))) if with_root[i] else ends), (root,)
+        else:
+            srcs, dsts = (root,), ends
+        out[int(fans.step[i])].append(SwitchSend(int(fans.chunk[i]), names[int(fans.switch[i])], srcs, dsts))
+    return [tuple(entries) for entries in out]
+
+
+def plan_valid(topology: Topology, collective: Collective, hops: Hops, rounds: list[int] | None = None) -> bool:
+    """Whether the plan passes the verifier: the array replay (``synth.verify.arrays_valid``) for
+    link sends only; with switch entries the schedule verifier (its bit-set replay at scale)."""
+    from synth.verify import arrays_valid, verify
+
+    if hops.fans is None or not len(hops.fans):
+        return arrays_valid(topology, collective, step_arrays(hops, rounds))
+    return not verify(to_schedule(hops, topology, collective, {}, rounds))
+
+
 def step_arrays(hops: Hops, rounds: list[int] | None = None) -> list:
-    """The plan as the verifier's ``StepArrays`` (``synth.verify.arrays_valid``), step by step."""
+    """The plan as the verifier's ``StepArrays`` (``synth.verify.arrays_valid``), step by step
+    (link sends only: a plan with switch entries goes through ``plan_valid``)."""
     from synth.verify import StepArrays
+
+    if hops.fans is not None and len(hops.fans):
+        raise ValueError("a plan with switch entries has no StepArrays; use plan_valid")
 
     budgets = rounds or [None] * hops.steps
     return [StepArrays(hops.chunk[at], hops.src[at], hops.dst[at], np.full(len(at), hops.reduce), budget)

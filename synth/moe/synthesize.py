@@ -5,6 +5,8 @@
 - ``planner``: levelled carriers (``synth.moe.planner``), even-runs pipelining;
 - ``router``: MILP carriers (``synth.moe.router``), equitable pipelining (``synth.moe.equitable``);
   both fall back to the one-shot plan (``direct``'s) where it is faster in the step model;
+  where nothing crosses machines (one switch domain, as gb200nvl72) both take the fan-out plan of
+  ``synth.moe.fanout`` instead (switch multicasts, or relays), where it is faster than one-shot;
 - ``deepep``: DeepEP's scheme: every token crosses to each destination machine once, from its own
   rank to the rank with the same local index there, which forwards it over the machine's links;
   pipelined in even runs, as DeepEP streams;
@@ -29,6 +31,7 @@ from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 from synth.moe.costing import LinkTable
 from synth.moe.equitable import equitable_counts
+from synth.moe.fanout import domain_hops
 from synth.moe.plan import Carriers, DispatchPlan, Hops, Traffic, reversed_hops, to_schedule
 from synth.moe.planner import best_depth, plan_carriers
 
@@ -85,6 +88,12 @@ def _plan(topology: Topology, routing, method: str, table: LinkTable, milp_optio
                     np.zeros(len(traffic.dest_token), dtype=np.int64), 1)
     if method == "direct":
         return one_shot, {"depth": 1, "shape": "one-shot"}
+    if method != "deepep" and not traffic.crossings:  # one switch domain: fan out where a port needs it
+        best = (one_shot, {"depth": 1, "shape": "one-shot"})
+        for hops, details in domain_hops(traffic, table):
+            if table.time_us(hops, routing.token_bytes) < table.time_us(best[0], routing.token_bytes):
+                best = (hops, details)
+        return best
     if method == "router":
         from synth.moe.router import route_carriers
 
