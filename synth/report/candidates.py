@@ -28,6 +28,7 @@ from synth.verify import load_schedule
 SMT_RANKS = 16
 FRONTIER_CALLS = 10  # a report's SMT frontier walk gets this many --time-limit's in all (per walk)
 PIPELINED_CHUNKS = (64, 384)  # greedy pipelined extras on one machine: many pieces amortise alpha
+PIPELINED_CELLS = 8192  # ranks x chunks per rank beyond which a pipelined extra is not built
 PIPELINED_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
 ROUTER_SIZES = (1 << 16, 1 << 20, 1 << 30)  # latency-bound (chunk_up 1), middle, bandwidth-bound
 GREEDY_WITHIN = (1, PIPELINED_CHUNKS[0])  # greedy chunks per rank where the router plans none in a budget
@@ -90,13 +91,18 @@ def pipelined_extras(topology: Topology, collective: str, say: Say) -> list[Cand
     """Greedy pipelined schedules with many chunks on one machine. The SMT frontier stops at a
     few chunks and steps; at large sizes pipelining many pieces wins in the step model (a
     broadcast pays alpha once per step, not per piece). The report keeps an extra only where it
-    is the fastest synthesized schedule at some size (``runner.prune_extras``)."""
+    is the fastest synthesized schedule at some size (``runner.prune_extras``). Beyond
+    ``PIPELINED_CELLS`` ranks x chunks the extra is not built (its sends grow as ranks^2 x chunks)."""
     from synth import synthesizers
 
     if topology.machine_count > 1 or collective not in PIPELINED_COLLECTIVES:
         return []
     out = []
     for chunks in PIPELINED_CHUNKS:
+        if topology.ranks * chunks > PIPELINED_CELLS:
+            say(f"{topology.name} {collective} greedy (C={chunks}): not built, {topology.ranks} ranks x {chunks} "
+                f"chunks is beyond {PIPELINED_CELLS}")
+            continue
         result = synthesizers.synthesize(synthesizers.Problem(topology, collective, chunks=chunks), backend="greedy")
         schedule, seconds = result.schedule, result.seconds
         say(f"{topology.name} {collective} greedy (C={chunks}): {len(schedule.steps)} steps, {seconds:.2f} s")
