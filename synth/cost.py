@@ -308,7 +308,7 @@ def step_loads(schedule: Schedule) -> StepLoads:
     no link or an entry on no switch)."""
     topo = schedule.topology
     _check_switches(schedule)
-    group_terms = {group.name: (group.bandwidth, topo.group_kind(group)) for group in topo.groups}
+    group_terms = _group_terms(topo)
     links, groups = [], []
     for index, step in enumerate(schedule.steps):
         per_link = Counter((s.src, s.dst) for s in step.sends)
@@ -328,6 +328,20 @@ def step_loads(schedule: Schedule) -> StepLoads:
         groups.append(tuple({(count, *group_terms[name]): None for name, count in per_group.items()}))
     protocols = SWITCH_PROTOCOLS if schedule.switch_count else RUNTIME_PROTOCOLS
     return StepLoads(schedule.collective.buffer_chunks, tuple(links), tuple(groups), protocols)
+
+
+_GROUP_TERMS: dict[int, tuple[Topology, dict]] = {}  # id(topology) -> (it, {group: (bandwidth, kind)})
+
+
+def _group_terms(topo: Topology) -> dict:
+    """Every group's (bandwidth, kind), once per topology (a kind reads every link of its group:
+    a second per step_loads on a 576-GPU composition, where a planner times dozens of variants)."""
+    hit = _GROUP_TERMS.get(id(topo))
+    if hit is None or hit[0] is not topo:
+        if len(_GROUP_TERMS) > 16:
+            _GROUP_TERMS.clear()
+        hit = _GROUP_TERMS[id(topo)] = (topo, {g.name: (g.bandwidth, topo.group_kind(g)) for g in topo.groups})
+    return hit[1]
 
 
 def step_times_us(schedule: Schedule, size_bytes: float, protocol: str | Protocol = "ideal") -> list[float]:

@@ -53,6 +53,7 @@ import numpy as np
 from synth.core.errors import InvalidScheduleError, SynthesisBug
 from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send, SwitchSend, port_loads
+from synth.core.bit_replay import bits_valid
 
 # A rank's view of one chunk: absent (nothing), or (mask, doubled): the bit set of the
 # contributions it has summed (plain collectives: just bit 0, "held") and whether some
@@ -77,10 +78,14 @@ ARRAY_REPLAY_SENDS = 20_000  # from this many sends a vectorised replay answers 
 def verify(schedule: Schedule) -> list[Violation]:
     """Replay ``schedule`` and return every violation found (empty list: valid).
 
-    Big schedules are first replayed over arrays (``is_valid``, the same rules);
-    only when that finds a problem does the send-by-send replay below run, for the messages.
+    Big schedules are first replayed over arrays (``is_valid``, the same rules), or with switch
+    entries over a bit set per chunk (``synth.core.bit_replay``); only when that finds a problem does
+    the send-by-send replay below run, for the messages.
     """
-    if schedule.send_count >= ARRAY_REPLAY_SENDS:
+    if schedule.switch_count and schedule.send_count + _entry_ranks(schedule) >= ARRAY_REPLAY_SENDS:
+        if bits_valid(schedule) is True:
+            return []
+    elif schedule.send_count >= ARRAY_REPLAY_SENDS:
         if is_valid(schedule) is True:
             return []
     topo, coll = schedule.topology, schedule.collective
@@ -116,6 +121,11 @@ def verify(schedule: Schedule) -> list[Violation]:
 
     found.extend(_check_post(schedule, state))
     return found
+
+
+def _entry_ranks(schedule: Schedule) -> int:
+    """How many srcs and dsts the switch entries name (what a pair-by-pair replay walks)."""
+    return sum(len(e.srcs) + len(e.dsts) for step in schedule.steps for e in step.switches)
 
 
 # switch entries that cannot be replayed (the rest land even when they break a rule)

@@ -58,8 +58,11 @@ def network_of(topo: Topology) -> Network:
 def cut_limit(topo: Topology, coll: Collective, symmetry: np.ndarray | None = None) -> Limit:
     """The largest cut and reception-set limits. ``symmetry``: rank permutations [element, rank]
     (automorphisms that preserve the collective and act freely, as a ``Quotient``'s ``ranks``):
-    a candidate that is the image of an earlier one has its value and is skipped."""
+    a candidate that is the image of an earlier one has its value and is skipped. Without one,
+    from ``COPY_SYMMETRY_RANKS`` ranks on, ``copy_symmetry`` where it holds."""
     net = network_of(topo)
+    if symmetry is None and topo.ranks >= COPY_SYMMETRY_RANKS:
+        symmetry = copy_symmetry(topo, coll)
     seen = _OrbitKeys(symmetry) if symmetry is not None and len(symmetry) > 1 else None
     names, masks = _candidates(topo)
     classes = Counter(zip(coll.pre, coll.post))
@@ -105,6 +108,35 @@ def cut_limit(topo: Topology, coll: Collective, symmetry: np.ndarray | None = No
     rounds = None if net.capacity is None else best["rounds"][0]
     rounds_name = None if net.capacity is None else best["rounds"][1]
     return Limit(best["full"][0], best["links"][0], rounds, best["full"][1], rounds_name, "cuts")
+
+
+COPY_SYMMETRY_RANKS = 128  # from this many ranks cut_limit looks for copy_symmetry itself (gb200nvl72x2: 144)
+
+
+def copy_symmetry(topo: Topology, coll: Collective) -> np.ndarray | None:
+    """[element, rank] of the group of a composition's copies, where it is one: rank g of machine
+    m goes to rank g + a of machine m + b (indices mod G and N; every machine G ranks, in the
+    order ``machines`` lists them), when moving every rank one place inside its machine and every
+    machine one place on are both automorphisms of ``topo`` that preserve ``coll``. The N x G
+    translations act freely; ``NAMExK`` (full mesh or rails) of a machine whose ranks are alike
+    (an NVL72 rack) has them, and its 2 x N x G rank cuts fall into 2 orbits. None otherwise."""
+    from synth.core.symmetry import _is_automorphism, chunk_permutation
+
+    machines = topo.machines or ()
+    if len(machines) < 2 or len({len(m) for m in machines}) != 1:
+        return None
+    grid = np.array(machines, dtype=np.int64)  # [machine, index]
+    count, size = grid.shape
+
+    def moved(a: int, b: int) -> np.ndarray:
+        perm = np.empty(topo.ranks, dtype=np.int64)
+        perm[grid] = np.roll(np.roll(grid, -b, axis=0), -a, axis=1)
+        return perm
+
+    generators = [tuple(moved(1, 0).tolist()), tuple(moved(0, 1).tolist())]
+    if not all(_is_automorphism(topo, g) and chunk_permutation(coll, g) is not None for g in generators):
+        return None
+    return np.array([moved(a, b) for a in range(size) for b in range(count)])
 
 
 def _reception_sets(topo: Topology, coll: Collective):

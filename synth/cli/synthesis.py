@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 from synth.cli.common import (
     add_calibration_option,
     add_problem,
@@ -45,6 +48,9 @@ def add_synthesis_parsers(sub) -> None:
                               "synth.calibration file, or 'default'); the search itself uses the contract model, "
                               "but for greedy's switch planner, which plans under these terms")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.add_argument("--stats", action="store_true",
+                   help="end with one line on stderr: the command's wall time (synthesis, verification, bound, "
+                        "writing) and its peak memory (resident set size)")
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("least-steps", help="fewest steps with rounds = steps + extra rounds")
@@ -79,6 +85,7 @@ def cmd_solve(args) -> int:
     verified there, a summary line, and the schedule."""
     from synth import synthesizers
 
+    started = time.perf_counter()
     terms_of(args)  # a bad calibration is one line before any search
     topo = topology_of(args.topology)
     args.terms = terms_of(args, topo)
@@ -96,7 +103,22 @@ def cmd_solve(args) -> int:
         progress(_summary_line(problem, result))
     _runtime_line(args, result.schedule, result.details.get("size"))
     write_or_print(result.schedule.with_meta(solve_seconds=round(result.seconds, 4)).to_dict(), args.output)
+    if args.stats:
+        progress(f"stats: {time.perf_counter() - started:.1f} s wall (synthesis {result.seconds:.1f} s), "
+                 f"peak memory {peak_memory_text()}")
     return 0
+
+
+def peak_memory_text() -> str:
+    """This process's peak resident set size so far, as '1.72 GB' (10^9 bytes); 'unknown' where
+    the platform does not say (no ``resource`` module)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover (Windows)
+        return "unknown"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak *= 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return f"{peak / 1e9:.2f} GB"
 
 
 def _size(args) -> int | None:

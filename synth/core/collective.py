@@ -25,6 +25,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _all_ints(values: list) -> bool:
+    """``all(map(_is_int, values))``, with the types of a long list collected in C first."""
+    return set(map(type, values)) <= {int} or all(map(_is_int, values))
+
+
 def busbw_factor(name: str, ranks: int) -> float:
     """nccl-tests busbw factor of collective ``name`` on ``ranks`` ranks (1.0 where it names none).
 
@@ -160,7 +165,7 @@ class Collective:
             raise CollectiveError(f"{where}: missing field(s) {', '.join(missing)}")
         for key in ("pre", "post"):
             value = doc[key]
-            if not isinstance(value, list) or not all(isinstance(v, list) and all(map(_is_int, v)) for v in value):
+            if not isinstance(value, list) or not all(isinstance(v, list) and _all_ints(v) for v in value):
                 raise CollectiveError(f"{where}: {key!r} must be a list of lists of rank numbers")
         combining = doc.get("combining", False)
         if not isinstance(combining, bool):

@@ -6,7 +6,14 @@ copies are then joined by a non-blocking fabric: for every
 ordered pair of NICs a, b on different copies there is a link from every rank a serves to every
 rank b serves, with bandwidth min(a, b), alpha max(a, b) and kind ``net``. The NICs are the
 bottleneck: group ``mM-nicI-out`` holds every fabric link leaving through a NIC, ``mM-nicI-in``
-every one arriving through it, each with the NIC's bandwidth. With ``sharp`` the fabric's
+every one arriving through it, each with the NIC's bandwidth.
+
+Where that full mesh would exceed ``MAX_LINKS`` (``gb200nvl72x20``: 1.97M fabric links), the
+fabric is rail-aligned instead (NVIDIA's rail-optimized reference design): NIC I of every copy
+links only to NIC I of every other copy (``fabric="rails"`` asks for it at any size). Traffic
+between rails relays over the copy's own links first, as NCCL's PXN does. The NICs, their
+groups and bandwidths are the same in both, so every per-NIC and per-machine cut is too; the
+``sources`` line of the result names the fabric it got. With ``sharp`` the fabric's
 switches reduce and multicast in one pass (InfiniBand SHARP, NCCL's CollNet): one switch ``sharp``
 whose port for each rank behind a NIC runs at the NIC's bandwidth and shares its ``-out`` /
 ``-in`` groups (``reduce_multicast`` only: the aggregation trees of SHARP).
@@ -32,9 +39,10 @@ MAX_LINKS = 2_000_000  # refuse compositions whose link list would be this long 
 _NIC_HINTS = {"dgx1": "ndv2"}
 
 
-def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
+def compose_machines(base: Topology, k: int, sharp: bool = False, fabric: str | None = None) -> Topology:
     """K copies of ``base`` joined through their NICs; named ``f"{base.name}x{k}"`` (with
-    ``+sharp`` when the fabric's switches aggregate, see the module).
+    ``+sharp`` when the fabric's switches aggregate, see the module). ``fabric``: ``"full"``
+    (every NIC pair), ``"rails"`` (NIC I to NIC I), or None: full unless that exceeds MAX_LINKS.
 
     Raises TopologyError when k < 2, when the base has no NICs or spans several machines, when
     the result would be too large, or when a fabric link would duplicate another link.
@@ -52,23 +60,16 @@ def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
             f"compose {base.name}: the base must be one machine, it has {base.machine_count}"
         )
     size = base.ranks
-    served = sum(len(nic.ranks) for nic in base.nics)
-    fabric_count = k * (k - 1) * served * served
-    if fabric_count + k * len(base.links) > MAX_LINKS:
-        raise TopologyError(
-            f"compose {base.name}x{k}: would have {fabric_count + k * len(base.links)} links, "
-            f"more than the {MAX_LINKS} allowed"
-        )
-
+    rails, fabric_source = _fabric_kind(base, k, fabric)
     links, groups, nics, switches = _copies(base, k)
     seen = {l.key for l in links}
-    fabric: list[Link] = []
+    fabric_links: list[Link] = []
     out_keys: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(nics))}
     in_keys: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(nics))}
     per_copy = len(base.nics)
     for ia, a in enumerate(nics):
         for ib, b in enumerate(nics):
-            if ia // per_copy == ib // per_copy:
+            if ia // per_copy == ib // per_copy or (rails and ia % per_copy != ib % per_copy):
                 continue
             bandwidth = min(a.bandwidth, b.bandwidth)
             alpha = max(a.alpha, b.alpha)
@@ -80,7 +81,7 @@ def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
                         f"{b.name}) duplicates another link; does a rank sit behind two NICs?"
                     )
                 seen.add(key)
-            fabric += [Link(r, s, bandwidth, alpha, kind="net") for r, s in keys]
+            fabric_links += [Link(r, s, bandwidth, alpha, kind="net") for r, s in keys]
             out_keys[ia] += keys
             in_keys[ib] += keys
     for i, nic in enumerate(nics):
@@ -88,16 +89,40 @@ def compose_machines(base: Topology, k: int, sharp: bool = False) -> Topology:
         groups.append(Group(f"{nic.name}-in", tuple(in_keys[i]), nic.bandwidth))
 
     machines = tuple(tuple(range(m * size, (m + 1) * size)) for m in range(k))
-    sources = tuple(base.sources) + (
-        f"composed: {k} copies of {base.name} joined by a non-blocking fabric through their NICs; "
-        "fabric link = min of the two NIC bandwidths, max of their alphas (synth.core.compose)",
-    )
+    sources = tuple(base.sources) + (f"composed: {k} copies of {base.name} joined by {fabric_source}; "
+                                     "fabric link = min of the two NIC bandwidths, max of their alphas "
+                                     "(synth.core.compose)",)
     if sharp:
         switches.append(sharp_switch(nics))
         sources += (SHARP_SOURCE,)
     name = f"{base.name}x{k}" + ("+sharp" if sharp else "")
-    return Topology(name, size * k, tuple(links + fabric), tuple(groups), machines,
+    return Topology(name, size * k, tuple(links + fabric_links), tuple(groups), machines,
                     tuple(nics), sources, tuple(switches), base.arch)
+
+
+FABRICS = ("full", "rails")
+
+
+def _fabric_kind(base: Topology, k: int, fabric: str | None) -> tuple[bool, str]:
+    """(rail-aligned?, the fabric as the ``sources`` line names it): the one asked for, else the
+    full mesh where it fits MAX_LINKS and the rails where it does not; TopologyError when the
+    fabric chosen does not fit either."""
+    if fabric is not None and fabric not in FABRICS:
+        raise TopologyError(f"compose {base.name}: fabric must be one of {', '.join(FABRICS)}, got {fabric!r}")
+    copies = k * len(base.links)
+    full = k * (k - 1) * sum(len(nic.ranks) for nic in base.nics) ** 2
+    rails = fabric == "rails" or (fabric is None and full + copies > MAX_LINKS)
+    count = k * (k - 1) * sum(len(nic.ranks) ** 2 for nic in base.nics) if rails else full
+    if count + copies > MAX_LINKS:
+        raise TopologyError(f"compose {base.name}x{k}: would have {count + copies} links, "
+                            f"more than the {MAX_LINKS} allowed")
+    if not rails:
+        return False, "a non-blocking fabric through their NICs"
+    why = ("" if fabric == "rails" else f"; a full mesh between every NIC pair would make {full + copies} links, "
+           f"more than the {MAX_LINKS} allowed")
+    return True, ("a rail-aligned fabric through their NICs: NIC I of every copy to NIC I of every other "
+                  "(NVIDIA's rail-optimized design; traffic between rails relays inside a copy first, as "
+                  f"NCCL's PXN does){why}")
 
 
 def _copies(base: Topology, k: int) -> tuple[list[Link], list[Group], list[Nic], list[Switch]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Mapping, Sequence
 
 from synth.core.collective import Collective
@@ -170,6 +171,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _all_ints(values) -> bool:
+    """Whether every value is an integer and none a bool (``_is_int``), for lists of millions:
+    their types are collected in C first, and only a list with other types is walked."""
+    return set(map(type, values)) <= {int} or all(map(_is_int, values))
+
+
 def _parse_step(item: Any, index: int, where: str, version: int = SCHEDULE_VERSION) -> Step:
     if not isinstance(item, dict) or not isinstance(item.get("sends"), list):
         raise ScheduleFormatError(f"{where}: step {index} must be an object with a 'sends' list")
@@ -210,7 +217,7 @@ def _parse_switch_send(entry: dict, where: str) -> SwitchSend:
     ranks = {}
     for key in ("srcs", "dsts"):
         value = entry.get(key)
-        if not isinstance(value, list) or not value or not all(_is_int(r) for r in value):
+        if not isinstance(value, list) or not value or not _all_ints(value):
             raise ScheduleFormatError(f"{where}: switch entry field {key!r} must be a non-empty list of "
                                       f"ranks, got {value!r}")
         if len(set(value)) != len(value):
@@ -272,16 +279,20 @@ def port_loads(step: Step, topology: Topology) -> tuple[Counter, Counter]:
     in-port of every dst, and on the groups those ports share."""
     ports: Counter = Counter()
     groups: Counter = Counter()
+    by_switch: dict[str, list[SwitchSend]] = {}
     for entry in step.switches:
-        switch = topology.switch(entry.switch)
+        by_switch.setdefault(entry.switch, []).append(entry)
+    for name, entries in by_switch.items():  # ranks counted in C (millions of them at scale), then named
+        switch = topology.switch(name)
         if switch is None:
             continue
-        for direction, ranks, group_of in (("out", entry.srcs, switch.out_group), ("in", entry.dsts, switch.in_group)):
-            for rank in ranks:
+        for direction, field_name, group_of in (("out", "srcs", switch.out_group), ("in", "dsts", switch.in_group)):
+            counts = Counter(chain.from_iterable(getattr(entry, field_name) for entry in entries))
+            for rank, count in counts.items():
                 if rank in switch.port_index:
-                    ports[(switch.name, rank, direction)] += 1
+                    ports[(switch.name, rank, direction)] += count
                     if (group := group_of(rank)) is not None:
-                        groups[group] += 1
+                        groups[group] += count
     return ports, groups
 
 

@@ -205,12 +205,16 @@ def _usable_over_ranks(topology: Topology, keep) -> tuple[str, str]:
     """('450 GB/s', 'NVSwitch port'): the range over ranks of usable out-bandwidth on the links
     ``keep`` accepts, and what caps it ('its links' when no group does)."""
     values, labels = [], []
+    order = {group.name: index for index, group in enumerate(topology.groups)}
     for rank in range(topology.ranks):
         links = {(l.src, l.dst): l for l in topology.out_links[rank] if keep(l)}
         if not links:
             continue
-        touched = {g.name for key in links for g in topology.groups_of_link.get(key, ())}
-        groups = [(frozenset(g.links).intersection(links), g) for g in topology.groups if g.name in touched]
+        touched: dict[str, tuple[list, object]] = {}  # each group that holds one of the links: those it holds
+        for key in links:
+            for group in topology.groups_of_link.get(key, ()):
+                touched.setdefault(group.name, ([], group))[0].append(key)
+        groups = [(frozenset(keys), group) for keys, group in sorted(touched.values(), key=lambda t: order[t[1].name])]
         value, binding = _usable(links, groups)
         values.append(value)
         for label in [_group_label(topology, g) for g in binding] or ["its links"]:
@@ -228,21 +232,36 @@ def _usable(links: dict, groups: list) -> tuple[float, list]:
 
     Exact when the groups, restricted to these links, nest or are disjoint (laminar: switch
     ports, NICs): each outermost group carries min(its bandwidth, what its members carry).
-    Otherwise the smallest single cut: all links, or one group plus the links outside it."""
-    outer = [(ls, g) for ls, g in groups if not any(ls < other for other, _ in groups)]
-    if any(a & b and a != b for i, (a, _) in enumerate(outer) for b, _ in outer[i + 1:]):
+    Otherwise the smallest single cut: all links, or one group plus the links outside it.
+    Which group holds which is found through the links (a group is inside another only if that
+    one holds its first link), so a rank with thousands of one-link groups (the other ranks'
+    in-ports) costs a pass over them, not their square."""
+    holding: dict = {}  # link -> the groups holding it
+    position = {id(entry): index for index, entry in enumerate(groups)}
+    for entry in groups:
+        for key in entry[0]:
+            holding.setdefault(key, []).append(entry)
+    outer = [(ls, g) for ls, g in groups if not any(ls < other for other, _ in holding[next(iter(ls))])]
+    owner: dict = {}
+    if any(_other(owner.setdefault(key, ls), ls) for ls, _ in outer for key in ls):  # outermost groups overlap
         total = sum(l.bandwidth for l in links.values())
         cuts = [(g.bandwidth + sum(l.bandwidth for k, l in links.items() if k not in ls), [g]) for ls, g in groups]
         return min([(total, [])] + cuts, key=lambda c: c[0])
     value, binding, covered = 0.0, [], set()
     for ls, g in {ls: (ls, g) for ls, g in sorted(outer, key=lambda o: o[1].bandwidth)}.values():
-        inner_value, inner = _usable({k: links[k] for k in ls}, [(o, h) for o, h in groups if o < ls])
+        inside = {id(entry): entry for key in ls for entry in holding[key] if entry[0] < ls}
+        inner = sorted(inside.values(), key=lambda entry: position[id(entry)])
+        inner_value, inner = _usable({k: links[k] for k in ls}, inner)
         if g.bandwidth < inner_value:
             value, binding = value + g.bandwidth, binding + [g]
         else:
             value, binding = value + inner_value, binding + inner
         covered |= ls
     return value + sum(l.bandwidth for k, l in links.items() if k not in covered), binding
+
+
+def _other(a: frozenset, b: frozenset) -> bool:
+    return a is not b and a != b
 
 
 def _group_label(topology: Topology, group) -> str:

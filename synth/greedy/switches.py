@@ -31,14 +31,24 @@ On one domain of n ranks behind a switch with ``reduce`` and ``multicast`` (NVLS
   NICs work side by side; each NIC moves 2(N-1)/N of a G-th of the buffer each way (NCCL's
   NVLSTree moves twice a G-th through a tree). Where the fabric aggregates (``NAMExK+sharp``:
   a switch with reduce_multicast over every rail rank), the rail's two steps are one switch
-  entry per slice instead (srcs and dsts the rail): a G-th each way, CollNet's traffic.
+  entry per slice instead (srcs and dsts the rail): a G-th each way, CollNet's traffic. A slice
+  is cut into r rail shares, each reduced at one rail rank (its owner): r = N (every rail rank
+  owns one share of every slice), or N/2, N/4 where an owner's NIC still keeps up (owners then
+  rotate): fewer chunks per set, so more sets within the chunk budget and a shorter fill
+  (``synth.greedy.rails.rail_allreduce``; gb200nvl72x20: r = 10, 22 sets, 81.6% of the bound
+  at 1 GiB where r = N allows 11 sets, 73.6%).
+- **allgather across machines** (``synth.greedy.rails.rail_allgather``): every rank multicasts
+  its piece into its machine and sends it over its rail; the next step multicasts what the rail
+  brought, and rail peers send each other *extras* (pieces of their own machine) so the NIC
+  takes load off the port until both finish together (gb200nvl72x20: 97.1% of the bound at 1 GiB).
 - **allgather.** Every rank multicasts its shard to every other rank in one step: each port
   receives (n-1)/n of the buffer, the allgather bound, in one step (NCCL's NVLS writes the
   shard to its own port too: M in).
 
-``switch_plan`` times every variant (pieces 1, 2, 4, ... and the shares 0 and 1/(n-1); the
-shaped pipeline at 3 to 32 steps, shaped for the size) and keeps the fastest at the size in the
-step model (under ``terms`` when given), built and verified.
+``switch_plan`` times every variant (pieces 1, 2, 4, ... and the shares 0 and 1/(n-1); across
+machines also the rail shares and the extras; the shaped pipeline at 3 to 32 steps, shaped for
+the size) and keeps the fastest at the size in the step model (under ``terms`` when given),
+built and verified.
 
 >>> from synth.core.library import resolve_topology
 >>> plan = switch_plan(resolve_topology("h100"), "allreduce", 1 << 30)
@@ -48,13 +58,16 @@ step model (under ``terms`` when given), built and verified.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable
 
 from synth.core import collectives
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule, Send, Step, SwitchSend, rounds_needed
 from synth.core.topology import Switch, Topology
+from synth.greedy.rails import balanced_extras, fabric_switch, rail_allgather, rail_allreduce, shares_tried
 from synth.greedy.shaped import Rates, pipeline_shape, slot_plan
 from synth.verify import checked
 
@@ -63,6 +76,7 @@ SHAPED_STEPS = (3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 24, 32)  # steps of
 SHAPED_SLOTS = 64  # chunks per rank per step of a shaped pipeline (fewer where MAX_TOTAL_CHUNKS says so)
 MAX_TOTAL_CHUNKS = 1 << 14  # chunks of the whole collective a variant may have (ranks x chunks per rank)
 COLLECTIVES = ("allreduce", "allgather")
+EXTRAS_AROUND = 2  # rail allgather: extras timed on each side of the balance (synth.greedy.rails)
 
 
 def domain_switch(topology: Topology, ranks=None) -> Switch | None:
@@ -96,10 +110,10 @@ def applies(topology: Topology, collective: str) -> str | None:
     if collective not in COLLECTIVES:
         return f"plans {', '.join(COLLECTIVES)} through a switch, not {collective}"
     if topology.machine_count > 1:
-        if collective == "allreduce" and machine_switches(topology) is not None:
+        if machine_switches(topology) is not None:
             return None
-        return ("across machines it plans allreduce, with one switch with reduce and multicast per "
-                "machine and rails between them")
+        return ("across machines it plans allreduce and allgather, with one switch with reduce and multicast "
+                "per machine and rails between them")
     if domain_switch(topology) is None:
         return "needs one switch with reduce and multicast over every rank (NVLS)"
     return None
@@ -161,12 +175,12 @@ def _shaped_plan(topology: Topology, size: float, terms=None) -> Schedule:
 class Family:
     """Pipelined variants alike but for their depth: ``build(pieces)`` makes one; ``lag`` is
     how many steps a slice set's last step trails its first (set t runs in steps t..t+lag);
-    a member has ``pieces x slices`` chunks per rank."""
+    a member has ``pieces x slices`` chunks per rank (a fraction for the rail allreduce: r / N)."""
 
     build: Callable[[int], Schedule]
     lag: int
     pieces: tuple[int, ...]
-    slices: int = 1
+    slices: int | Fraction = 1
 
     def loads(self):
         """(pieces, StepLoads) for every depth, from members of at most lag + 1 pieces."""
@@ -199,8 +213,14 @@ def families(topology: Topology, collective: str) -> list[Family]:
     depths = tuple(k for k in PIECES if k * n <= MAX_TOTAL_CHUNKS)
     if topology.machine_count > 1:
         switches = machine_switches(topology)
-        lag = 2 if fabric_switch(topology) is not None else 3
-        return [Family(lambda k: _across_machines(topology, switches, k), lag, depths)]
+        if collective == "allgather":
+            return [Family(lambda k, x=x: rail_allgather(topology, switches, k, x), 1, depths)
+                    for x in _extras_tried(topology, switches)]
+        if fabric_switch(topology) is not None:
+            return [Family(lambda k: rail_allreduce(topology, switches, k), 2, depths)]
+        count = len(switches)
+        return [Family(lambda k, r=r: rail_allreduce(topology, switches, k, r), 3, _set_depths(n, r, count),
+                       Fraction(r, count)) for r in shares_tried(topology, switches)]
     switch = domain_switch(topology)
     if collective == "allgather":
         return [Family(lambda k: _allgather(topology, switch), 0, (1,))]
@@ -209,6 +229,24 @@ def families(topology: Topology, collective: str) -> list[Family]:
                   tuple(k for k in depths if k * slices * n <= MAX_TOTAL_CHUNKS), slices)
            for slices, p2p in shares]
     return out
+
+
+def _set_depths(n: int, shares: int, machines: int) -> tuple[int, ...]:
+    """Set counts of the rail allreduce with ``shares`` per slice: multiples of machines / shares
+    (whole chunks per rank), doubling, and the most the chunk budget allows (where the pipeline's
+    fill costs more than its steps' alphas, as on NVL72 racks, the deepest wins)."""
+    step, sets = machines // shares, (MAX_TOTAL_CHUNKS * machines) // (n * shares)
+    most = sets - sets % step
+    return tuple(sorted({step * k for k in PIECES if step * k <= most} | ({most} if most else set())))
+
+
+def _extras_tried(topology: Topology, switches) -> list[int]:
+    """The extras per rank and piece timed for the rail allgather: around the balance of NIC and
+    port, and none."""
+    machines = topology.machines
+    most = (len(machines) - 1) * (len(machines[0]) - 1)
+    balance = math.floor(balanced_extras(topology, switches))
+    return sorted({0} | {x for x in range(balance - EXTRAS_AROUND + 1, balance + EXTRAS_AROUND + 1) if 0 <= x <= most})
 
 
 def variants(topology: Topology, collective: str, chunks: int | None = None):
@@ -308,40 +346,3 @@ def _shaped_allreduce(topology: Topology, switch: Switch, shape, size: float) ->
     meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": len(built),
             "pipeline": "shaped", "shaped_for_bytes": int(size)}
     return Schedule(topology, collectives.allreduce(n, len(plan)), built, meta)
-
-
-def fabric_switch(topology: Topology) -> Switch | None:
-    """A switch with reduce_multicast that has every rail rank as a port (SHARP); None: none."""
-    machines = topology.machines or ()
-    for switch in topology.switches:
-        if switch.reduce_multicast and all(r in switch.port_index for machine in machines for r in machine):
-            return switch
-    return None
-
-
-def _across_machines(topology: Topology, switches, pieces: int) -> Schedule:
-    """Chunk (t * G + g) * N + j is the j-th rail share of slice g in set t (see the module)."""
-    machines = topology.machines
-    count, size = len(machines), len(machines[0])
-    sharp = fabric_switch(topology)
-    depth = 3 if sharp is None else 2  # steps from a set's first to its last
-    steps: list[tuple[list[Send], list[SwitchSend]]] = [([], []) for _ in range(pieces + depth)]
-    for t in range(pieces):
-        for g in range(size):
-            rail = tuple(machine[g] for machine in machines)
-            for j in range(count):
-                chunk = (t * size + g) * count + j
-                for m, machine in enumerate(machines):
-                    others = tuple(r for r in machine if r != machine[g])
-                    steps[t][1].append(SwitchSend(chunk, switches[m].name, machine, (machine[g],)))
-                    steps[t + depth][1].append(SwitchSend(chunk, switches[m].name, (machine[g],), others))
-                if sharp is not None:
-                    steps[t + 1][1].append(SwitchSend(chunk, sharp.name, rail, rail))
-                    continue
-                steps[t + 1][0].extend(Send(chunk, r, rail[j], "reduce") for r in rail if r != rail[j])
-                steps[t + 2][0].extend(Send(chunk, rail[j], r) for r in rail if r != rail[j])
-    built = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e)) for s, e in steps)
-    used = [*switches, *([] if sharp is None else [sharp])]
-    meta = {"synthesizer": "greedy", "algorithm": "switch", "pieces": pieces, "rails": size,
-            "switch": ", ".join(s.name for s in used)}
-    return Schedule(topology, collectives.allreduce(topology.ranks, pieces), built, meta)

@@ -124,7 +124,8 @@ def switch_extras(topology: Topology, collective: str, sizes: list[int], terms, 
         label = _switch_label(schedule)
         if label not in out:
             what = label.replace(" pieces=", "-C").replace(" p2p=", "-p2p").replace("/", "of").replace(" S=", "-S")
-            what = what.replace(" @", "-").replace(" ", "-")
+            what = what.replace(" @", "-").replace(" extras=", "-x").replace(" shares=", "-r")
+            what = what.replace(" ", "-")
             out[label] = Candidate(label, "greedy", schedule, _file(collective, topology, what), None,
                                    len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank)
     say(f"{topology.name} {collective}: {len(out)} switch plan(s) ({', '.join(out)})")
@@ -132,12 +133,15 @@ def switch_extras(topology: Topology, collective: str, sizes: list[int], terms, 
 
 
 def _switch_label(schedule) -> str:
-    """A switch plan's report label: its pipeline and depth (and point-to-point share; a shaped
-    pipeline also the size it was shaped for)."""
+    """A switch plan's report label: its pipeline and depth (and point-to-point share; a rail
+    allgather its extras, a rail allreduce its rail shares; a shaped pipeline also the size it
+    was shaped for)."""
     meta = schedule.meta
     if meta.get("pipeline") == "shaped":
         return f"switch shaped S={len(schedule.steps)} @{format_size(meta['shaped_for_bytes'])}"
-    return f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
+    return (f"switch pieces={meta['pieces']}" + (f" p2p={meta['p2p_share']}" if meta.get("p2p_share") else "")
+            + (f" extras={meta['extras']}" if meta.get("extras") else "")
+            + (f" shares={meta['shares']}" if meta.get("shares") else ""))
 
 
 def _smt(topology: Topology, collective: str, time_limit: float, say: Say, jobs: int = 1,

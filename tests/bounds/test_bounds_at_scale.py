@@ -53,3 +53,35 @@ def test_floyd_warshall_alpha_distances_equal_dijkstra(monkeypatch):
 def test_hop_distances_equal_one_bfs_per_rank(name):
     topo = resolve_topology(name)
     assert topo.hop_distances == tuple(topo.distances_from(r) for r in range(topo.ranks))
+
+
+@pytest.mark.parametrize("name,fabric", [("h100", "full"), ("h100", "rails"), ("a100", "rails")])
+@pytest.mark.parametrize("collective", ["allgather", "allreduce", "reduce_scatter"])
+def test_bounds_with_the_copies_symmetry_equal_the_full_sweep(monkeypatch, name, fabric, collective):
+    """cut_limit's own symmetry of NAMExK (copy_symmetry, from COPY_SYMMETRY_RANKS ranks on; here
+    from 1) gives the bounds of the sweep over every candidate. Fresh topologies: bounds are kept
+    per topology object."""
+    import synth.bounds.cuts as cuts
+    from synth.core.compose import compose_machines
+    from synth.core.library import load_machine
+
+    def bounds():
+        topo = compose_machines(load_machine(name), 3, fabric=fabric)
+        return lower_bounds(topo, make_collective(collective, topo.ranks))
+
+    monkeypatch.setattr(cuts, "COPY_SYMMETRY_RANKS", 10 ** 9)
+    swept = bounds()
+    monkeypatch.setattr(cuts, "COPY_SYMMETRY_RANKS", 1)
+    assert bounds() == swept
+
+
+def test_the_copies_symmetry_is_every_translation_or_none():
+    from synth.bounds.cuts import copy_symmetry
+    from synth.core.collectives import allgather
+
+    topo = resolve_topology("h100x3")
+    group = copy_symmetry(topo, allgather(24))
+    assert group.shape == (24, 24) and sorted(map(tuple, group.tolist())) == sorted(set(map(tuple, group.tolist())))
+    assert ((group[1:] != np.arange(24)).all(axis=1)).all()  # acts freely
+    assert copy_symmetry(resolve_topology("dgx2x2"), allgather(32)) is None  # its GPUs are not alike
+    assert copy_symmetry(resolve_topology("h100"), allgather(8)) is None  # one machine

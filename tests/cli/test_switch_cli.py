@@ -143,3 +143,19 @@ def test_cost_of_a_switch_schedule_picks_simple_and_refuses_ll(tmp_path, capsys)
     assert [row[1] for row in rows] == ["simple", "simple"], out
     code, out, err = run(capsys, "cost", source, "--protocol", "ll")
     assert_one_line_error(code, out, err, "simple")
+
+
+def test_solve_across_machines_with_stats_writes_a_file_verify_accepts(tmp_path, capsys):
+    """The rail allgather on h100x2 through the command line: the summary line, the stats line
+    (wall time and peak memory), and a file that verifies."""
+    import re
+
+    out_file = tmp_path / "ag.json"
+    code, _, err = run(capsys, "solve", "h100x2", "allgather", "--backend", "greedy", "--size", "1G",
+                       "-o", str(out_file), "--stats")
+    assert code == 0, err
+    lines = err.splitlines()
+    assert lines[0].startswith("h100x2 allgather greedy: ") and "% of the bound" in lines[0]
+    assert re.fullmatch(r"stats: \d+\.\d s wall \(synthesis \d+\.\d s\), peak memory \d+\.\d\d GB", lines[-1]), lines
+    code, out, err = run(capsys, "verify", str(out_file))
+    assert code == 0 and out.startswith("valid allgather on h100x2"), err

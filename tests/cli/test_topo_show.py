@@ -141,3 +141,14 @@ def test_a_bad_switch_is_one_line_naming_the_field_and_value(capsys, tmp_path, c
     assert len(err.strip().splitlines()) == 1 and str(path) in err, err
     for part in must:
         assert part in err, err
+
+
+def test_show_says_which_fabric_a_composition_got(capsys):
+    """gb200nvl72x20's full mesh would pass MAX_LINKS, so its NICs are rail-aligned; h100x2 keeps
+    the full mesh."""
+    code, out, _ = run(capsys, "topo", "show", "gb200nvl72x20")
+    assert code == 0
+    assert out.splitlines()[0].startswith("gb200nvl72x20: 1440 ranks, 129600 directed links")
+    assert "source: composed: 20 copies of gb200nvl72 joined by a rail-aligned fabric" in out
+    code, out, _ = run(capsys, "topo", "show", "h100x2")
+    assert "source: composed: 2 copies of h100 joined by a non-blocking fabric through their NICs;" in out

@@ -91,22 +91,34 @@ def test_gzip_name_on_plain_text_is_one_clear_error(tmp_path):
 # ---------------------------------------------------------------- the fast schedule writer
 _send = st.fixed_dictionaries({"chunk": st.integers(-3, 10 ** 6), "src": st.integers(0, 4096),
                                "dst": st.integers(0, 4096), "op": st.sampled_from(["copy", "reduce", 'q"\\'])})
+_ranks = st.lists(st.one_of(st.integers(-2, 4096), st.integers(-2, 4096), st.text(max_size=1)), max_size=4)
+_entry = st.fixed_dictionaries({"op": st.sampled_from(["switch", "switch", "copy"]), "switch": st.text(max_size=3),
+                                "chunk": st.integers(-3, 10 ** 6), "srcs": _ranks, "dsts": _ranks})
 _odd_send = st.dictionaries(st.sampled_from(["chunk", "src", "op", "x"]), st.one_of(st.integers(), st.text(max_size=3)))
 _step = st.one_of(
     st.fixed_dictionaries({"rounds": st.integers(1, 9), "sends": st.lists(_send, max_size=4)}),
     st.fixed_dictionaries({"sends": st.lists(st.one_of(_send, _odd_send), max_size=3)}),
+    st.fixed_dictionaries({"rounds": st.integers(1, 9), "sends": st.lists(st.one_of(_send, _entry), max_size=4)}),
     st.fixed_dictionaries({"sends": st.lists(_send, max_size=3), "rounds": st.integers(1, 3)}),
     st.fixed_dictionaries({"rounds": st.one_of(st.none(), st.text(max_size=2)), "sends": st.lists(_send, max_size=2)}),
 )
 
 
+_rank_lists = st.lists(st.lists(st.integers(-2, 4096), max_size=3), max_size=3)
+_collective = st.one_of(st.none(), st.fixed_dictionaries(
+    {"name": st.text(max_size=3), "pre": st.one_of(_rank_lists, _rank_lists, _ranks), "post": _rank_lists}))
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_step, max_size=4), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
-def test_dumps_writes_what_json_writes(steps, meta):
-    """Byte for byte json.dumps(indent=1), whatever the steps hold (the templates or the fallback)."""
+@given(st.lists(_step, max_size=4), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2), _collective)
+def test_dumps_writes_what_json_writes(steps, meta, collective):
+    """Byte for byte json.dumps(indent=1), whatever the steps and the collective's rank lists hold
+    (the templates or the fallback)."""
     import json
 
     from synth.core.io import dumps
 
     doc = {"format": "synth.schedule", "version": 1, "steps": steps, "meta": meta}
+    if collective is not None:
+        doc = {"format": "synth.schedule", "collective": collective, "steps": steps, "meta": meta}
     assert dumps(doc) == json.dumps(doc, indent=1) + "\n"

@@ -13,7 +13,8 @@ from synth.core.errors import InputError
 from synth.core.library import resolve_topology
 from synth.core.schedule import port_loads
 from synth.cost import step_time_us
-from synth.greedy.switches import _across_machines, _allreduce, applies, machine_switches, switch_plan, switch_plans
+from synth.greedy.rails import rail_allreduce
+from synth.greedy.switches import _allreduce, applies, machine_switches, switch_plan, switch_plans
 from synth.verify import verify
 
 SIZES = [1 << 10, 1 << 20, 1 << 24, 1 << 30, 1 << 32]
@@ -68,7 +69,7 @@ def test_allgather_multicasts_once_and_meets_the_bound(h100):
 def test_across_machines_verifies_and_keeps_the_nics_busy():
     topology = resolve_topology("h100x2")
     assert machine_switches(topology) is not None
-    schedule = _across_machines(topology, machine_switches(topology), 3)
+    schedule = rail_allreduce(topology, machine_switches(topology), 3)
     assert verify(schedule) == []
     assert len(schedule.steps) == 3 + 3
     net = {link.key for link in topology.links if link.kind == "net"}
@@ -80,7 +81,9 @@ def test_across_machines_verifies_and_keeps_the_nics_busy():
 def test_where_it_does_not_apply(h100):
     assert applies(resolve_topology("dgx1"), "allreduce") is not None
     assert applies(h100, "alltoall") is not None
-    assert applies(resolve_topology("h100x2"), "allgather") is not None
+    assert applies(resolve_topology("h100x2"), "alltoall") is not None
+    assert applies(resolve_topology("h100x2"), "allgather") is None  # the rail allgather (test_rails.py)
+    assert applies(resolve_topology("a100x2"), "allgather") is not None  # no switch in a machine
     with pytest.raises(InputError, match="reduce and multicast"):
         switch_plan(replace(h100, switches=()), "allreduce", 1 << 20)
 
@@ -89,11 +92,11 @@ def test_with_sharp_the_rail_is_one_switch_entry_per_slice():
     """h100x2+sharp: the rail's reduce-scatter + allgather become one reduce-multicast entry
     per slice (three steps per set instead of four), valid, and faster at 1 GiB."""
     sharp, plain = resolve_topology("h100x2+sharp"), resolve_topology("h100x2")
-    schedule = _across_machines(sharp, machine_switches(sharp), 2)
+    schedule = rail_allreduce(sharp, machine_switches(sharp), 2)
     assert verify(schedule) == [] and len(schedule.steps) == 2 + 2
     assert any(entry.switch == "sharp" and len(entry.srcs) == 2 == len(entry.dsts)
                for step in schedule.steps for entry in step.switches)
-    without = _across_machines(plain, machine_switches(plain), 2)
+    without = rail_allreduce(plain, machine_switches(plain), 2)
     assert step_time_us(schedule, 1 << 30) < step_time_us(without, 1 << 30)
 
 
