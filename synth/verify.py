@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
+from synth.core.bit_replay import bits_valid
 from synth.core.errors import InvalidScheduleError, SynthesisBug
 from synth.core.io import read_json
 from synth.core.schedule import Schedule, Send, SwitchSend, port_loads
-from synth.core.bit_replay import bits_valid
 
 # A rank's view of one chunk: absent (nothing), or (mask, doubled): the bit set of the
 # contributions it has summed (plain collectives: just bit 0, "held") and whether some
