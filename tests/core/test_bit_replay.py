@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from synth.baselines import build_baseline
+from synth.core.bit_replay import bits_valid
 from synth.core.library import resolve_topology
 from synth.core.schedule import Schedule, Step
 from synth.verify import verify
-from synth.core.bit_replay import bits_valid
 from tests.schedule_strategies import MUTATIONS, mutate, valid_schedules
 from tests.switch_strategies import SWITCH_MUTATIONS, mutate_switches, switch_schedules
 
