@@ -41,7 +41,7 @@ ALL_REPORTS = (
     ("dgx2x2", "allgather"), ("dgx2x2", "allreduce"), ("dgx2x2", "alltoall"),
     ("h100", "allreduce"), ("h100", "allgather"), ("h100", "reduce_scatter"),
     ("h100x16", "allgather"), ("h100x16", "allreduce"),
-    ("b200", "allreduce"), ("gb200nvl72x2", "allgather"),
+    ("b200", "allreduce"), ("gb200nvl72", "allreduce"), ("gb200nvl72x2", "allgather"),
 )
 Say = Callable[[str], None]
 
