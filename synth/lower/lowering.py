@@ -161,6 +161,8 @@ def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions(), layo
         cap = max((schedule.topology.link_capacity(l) or 1 for l in schedule.topology.links), default=1)
     else:
         cap = options.channels or DEFAULT_MAX_CHANNELS
+    if profile is None:
+        _refuse_crowded_peers(schedule)
     queue = [PlanConfig(max(1, min(cap, channel_limit)), False, 0)]
     tried: set[PlanConfig] = set()
     errors: list[Overflow] = []
@@ -183,6 +185,24 @@ def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions(), layo
                 queue.insert(0, replace(cfg, cap=cfg.cap - 1))
     tail = "" if len(errors) == 1 else f" (after {len(errors)} channel/thread-block arrangements)"
     raise InputError(f"cannot lower {schedule.collective.name} on {schedule.topology.name}: {errors[-1]}{tail}")
+
+
+def _refuse_crowded_peers(schedule: Schedule) -> None:
+    """InputError (one line) when a rank sends to, or receives from, more than
+    MAX_PEERS_PER_CHANNEL peers. Channel 0 carries a thread block toward every peer a rank
+    talks to unless steps rotate over channels, which only a runtime's step limit triggers; so
+    without a runtime no arrangement fits, and this says so before planning a single step."""
+    for direction, ends in (("send", lambda s: (s.src, s.dst)), ("recv", lambda s: (s.dst, s.src))):
+        peers: dict[int, set] = defaultdict(set)
+        for step in schedule.steps:
+            for send in step.sends:
+                rank, peer = ends(send)
+                peers[rank].add(peer)
+        crowded = [(len(group), rank) for rank, group in peers.items() if len(group) > MAX_PEERS_PER_CHANNEL]
+        if crowded:
+            count, rank = max(crowded, key=lambda item: (item[0], -item[1]))
+            raise InputError(f"cannot lower {schedule.collective.name} on {schedule.topology.name}: rank {rank} "
+                             f"has {count} {direction} peers on channel 0, MSCCL allows {MAX_PEERS_PER_CHANNEL}")
 
 
 def _lower_with(schedule: Schedule, layout: Layout, options: LoweringOptions, profile: Profile | None,

@@ -168,12 +168,20 @@ def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
             continue  # cannot run within the budget
         mine = capped(terms, blocks or 1, budget)
         simulated = set(TABLE_SIZES) if c.schedule.send_count + c.schedule.switch_count > SIMULATED_TRANSFERS else None
-        rows = _with_blocks(_with_own_bound(cost_rows(c.schedule, sizes, reference, "best", mine, simulated),
-                                            own[key]), blocks)
-        table = _with_blocks(_with_own_bound(cost_rows(c.schedule, TABLE_SIZES, reference, "best", mine), own[key]),
-                             blocks)
+        grid = cost_rows(c.schedule, sizes, reference, "best", mine, simulated)
+        rows = _with_blocks(_with_own_bound(grid, own[key]), blocks)
+        table = _with_blocks(_with_own_bound(_table_rows(c.schedule, grid, reference, mine), own[key]), blocks)
         out.append(Evaluation(c, tuple(rows), tuple(table), blocks))
     return out
+
+
+def _table_rows(schedule, grid: list[dict[str, Any]], reference, terms) -> list[dict[str, Any]]:
+    """cost_rows at TABLE_SIZES, each simulated: the grid's row where it has one, else new."""
+    done = {row["size"]: row for row in grid if row["sim_time_us"] is not None}
+    missing = [size for size in TABLE_SIZES if size not in done]
+    if missing:
+        done.update((row["size"], row) for row in cost_rows(schedule, missing, reference, "best", terms))
+    return [done[size] for size in TABLE_SIZES]
 
 
 def _with_blocks(rows: list[dict[str, Any]], blocks: int | None) -> list[dict[str, Any]]:

@@ -457,3 +457,21 @@ def test_swapped_homes_go_through_scratch():
     assert program.gpus[0].scratch_chunks == 1
     ops = [op.type for tb in program.gpus[0].threadblocks for op in tb.ops]
     assert "cpy" in ops
+
+
+def test_more_peers_than_a_channel_holds_is_refused_before_planning(monkeypatch):
+    import synth.lower.lowering as lowering
+
+    crowded = registry()["direct"].build(_pair_topology(34), "alltoall", None, None)
+    fits = registry()["direct"].build(_pair_topology(33), "alltoall", None, None)
+    assert lowered_ok(fits, LoweringOptions()).threadblocks_per_rank >= 32
+    with pytest.raises(InputError, match="rank 0 has 33 send peers on channel 0, MSCCL allows 32"):
+        lower(crowded, LoweringOptions(runtime="executor"))  # the planner's own verdict, after its arrangements
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("planned a schedule that cannot fit")
+
+    monkeypatch.setattr(lowering, "Planner", no_planning)
+    with pytest.raises(InputError, match="rank 0 has 33 send peers on channel 0, MSCCL allows 32") as info:
+        lower(crowded, LoweringOptions())
+    assert "\n" not in str(info.value)
