@@ -139,6 +139,7 @@ def cmd_doctor(args) -> int:
         found = doctor.regions(table, run.machine.machines)
         docs.append({"run": run.source, "collective": run.collective, "launch": run.launch.mode,
                      "rows": [_row_doc(r) for r in table], "regions": [_region_doc(r) for r in found],
+                     "inversions": [_inversion_doc(i) for i in doctor.inversions(table)],
                      "summary": doctor.summary(table)})
         if not args.json:
             _print_run(run, table, found, format_size)
@@ -209,6 +210,8 @@ def _print_run(run, table, found, format_size) -> None:
               f"{r.ratio:9.2f}  {r.verdict:<15} {alt}")
     for region in found:
         print(region.line())
+    for inversion in doctor.inversions(table):
+        print(inversion.line())
     print(doctor.summary(table))
 
 
@@ -220,6 +223,11 @@ def _row_doc(r) -> dict:
             "fastest_schedule": None if r.alternative is None else {
                 "label": r.alternative.label, "protocol": r.alternative.protocol,
                 "time_us": round(r.alternative.time_us, 3)}}
+
+
+def _inversion_doc(i) -> dict:
+    return {"smaller_bytes": i.smaller.size_bytes, "larger_bytes": i.larger.size_bytes,
+            "ratio": round(i.ratio, 4), "first_row": i.first, "line": i.line()}
 
 
 def _region_doc(r) -> dict:

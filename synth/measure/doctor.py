@@ -170,6 +170,40 @@ def summary(table: list[Row]) -> str:
     return f"{line}; {len(below)} below the bound under the calibration ({span}): {UNDER_RATED}"
 
 
+INVERSION = 1.25  # a size measured this much slower than the next larger one is named
+
+
+@dataclass(frozen=True)
+class Inversion:
+    """A measured size that took longer than the next larger one (``smaller`` and ``larger`` rows)."""
+
+    smaller: Row
+    larger: Row
+    first: bool  # the smaller row is the run's first
+
+    @property
+    def ratio(self) -> float:
+        return self.smaller.measured_us / self.larger.measured_us
+
+    def line(self) -> str:
+        a, b = format_size(self.smaller.size_bytes), format_size(self.larger.size_bytes)
+        head = (f"{a} took {self.ratio:.2f}x as long as {b} ({self.smaller.measured_us:.2f} vs "
+                f"{self.larger.measured_us:.2f} us): a larger message never needs less time on a healthy path; ")
+        if self.first:
+            return head + "the run's first size pays its warm-up (more nccl-tests -w iterations)"
+        choice = self.smaller.choice
+        return head + (f"at {a} NCCL's choice (in the model {choice.algorithm}/{choice.protocol}) suits this "
+                       f"machine badly (compare NCCL_PROTO / NCCL_ALGO there, or synth export --format "
+                       f"nccl-tuner), or the run is noisy (rerun)")
+
+
+def inversions(table: list[Row]) -> list[Inversion]:
+    """Consecutive sizes (ascending) where the smaller took more than ``INVERSION`` times as long."""
+    ordered = sorted((r for r in table if r.measured_us > 0), key=lambda r: r.size_bytes)
+    return [Inversion(a, b, i == 0) for i, (a, b) in enumerate(zip(ordered, ordered[1:]))
+            if b.size_bytes > a.size_bytes and a.measured_us > INVERSION * b.measured_us]
+
+
 def _quiet_neighbours(found: list[list[Row]], index: int) -> bool:
     """Whether the regions beside ``index`` (or the table's ends) are as expected."""
     sides = [found[i] for i in (index - 1, index + 1) if 0 <= i < len(found)]

@@ -257,3 +257,33 @@ def test_bad_calibration_file_is_refused_by_doctor(tmp_path, capsys):
     cal.write_text(json.dumps({"format": "synth.calibration", "version": 1, "parameters": {"fill_us": -1}}))
     assert main(["doctor", str(log), "--topology", "h100", "--calibration", str(cal)]) == 2
     assert "fill_us" in capsys.readouterr().err
+
+
+def _timed(pairs) -> list:
+    from synth.measure.runtime import Choice
+
+    return [doctor.Row(size, took, took, Choice("ring", "ll", 1, took), None) for size, took in pairs]
+
+
+@given(st.lists(st.floats(1.0, 1e5), min_size=1, max_size=12))
+def test_a_run_whose_time_never_falls_has_no_inversion(times):
+    rising = [sum(times[:i + 1]) for i in range(len(times))]
+    assert doctor.inversions(_timed(zip((1 << i for i in range(len(times))), rising))) == []
+
+
+def test_an_inversion_is_named_and_the_first_row_is_warm_up():
+    table = _timed([(8, 200.0), (16, 40.0), (1 << 20, 90.0), (1 << 21, 1750.0), (1 << 22, 930.0), (1 << 23, 1000.0)])
+    found = doctor.inversions(list(reversed(table)))  # order of the rows does not matter
+    assert [(i.smaller.size_bytes, i.larger.size_bytes, i.first) for i in found] == \
+        [(8, 16, True), (1 << 21, 1 << 22, False)]
+    assert "warm-up" in found[0].line() and "2M took 1.88x as long as 4M" in found[1].line()
+    assert doctor.inversions(_timed([(1 << 21, 1100.0), (1 << 22, 930.0)])) == []  # 1.18x: within noise
+
+
+@needs_logs
+def test_doctor_names_where_the_a4_run_falls_with_size(capsys):
+    log = str(LOGS / "b200-gcp-a4-2node-16gpu-allgather-1.txt")
+    assert main(["doctor", log, "--topology", "a4x2", "--transport", "roce", "--collective", "allgather",
+                 "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["inversions"]
+    assert [(i["smaller_bytes"], i["larger_bytes"]) for i in found] == [(2 << 20, 4 << 20)]
