@@ -91,8 +91,9 @@ def _switch_ops(ops: dict, sw: SwitchTransfer, ident: int, k: int, i: int, chann
     """Instance i of a switch transfer: one op on every participant, reading where that rank is
     a src and writing where it is a dst (the unused side is -1)."""
     kind = switch_type(len(sw.srcs), len(sw.dsts))
+    reads, writes = dict(sw.reads), dict(sw.writes)
     for rank in dict.fromkeys((*sw.srcs, *sw.dsts)):
-        read, write = sw.read_at(rank), sw.write_at(rank)
+        read, write = reads.get(rank), writes.get(rank)
         src = _expand(read, sw.count, k, i) if read is not None else ("i", -1)
         dst = _expand(write, sw.count, k, i) if write is not None else ("o", -1)
         ops[rank].append(_Op((sw.step, 0, sw.seq, i), kind, src, dst, sw.count, -1, i * channels,

@@ -50,12 +50,6 @@ class SwitchTransfer:
     switch: str
     fused: bool = False
 
-    def read_at(self, rank: int) -> Loc | None:
-        return dict(self.reads).get(rank)
-
-    def write_at(self, rank: int) -> Loc | None:
-        return dict(self.writes).get(rank)
-
 
 @dataclass(frozen=True)
 class FinalCopy:
