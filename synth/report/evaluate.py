@@ -121,7 +121,14 @@ def against_bounds(model: list[ModelPoint] | None, bound: list[dict]) -> list[Mo
             for p, row in zip(model, bound)]
 
 
-SIMULATED_TRANSFERS = 100_000  # above this many sends and switch entries a schedule is simulated at TABLE_SIZES only
+SIMULATED_EVENTS = 100_000  # above this many (simulation_events) a schedule is simulated at TABLE_SIZES only
+
+
+def simulation_events(schedule) -> int:
+    """What the event simulation walks: every send, and every port of every switch entry (each
+    src's out-port and each dst's in-port)."""
+    ports = sum(len(entry.srcs) + len(entry.dsts) for step in schedule.steps for entry in step.switches)
+    return schedule.send_count + ports
 
 
 def bounds_of(topology: Topology, collective, terms: RuntimeTerms | None):
@@ -167,7 +174,7 @@ def evaluate(topology: Topology, candidates: list[Candidate], sizes: list[int],
         if blocks is None and budget is not None:
             continue  # cannot run within the budget
         mine = capped(terms, blocks or 1, budget)
-        simulated = set(TABLE_SIZES) if c.schedule.send_count + c.schedule.switch_count > SIMULATED_TRANSFERS else None
+        simulated = set(TABLE_SIZES) if simulation_events(c.schedule) > SIMULATED_EVENTS else None
         grid = cost_rows(c.schedule, sizes, reference, "best", mine, simulated)
         rows = _with_blocks(_with_own_bound(grid, own[key]), blocks)
         table = _with_blocks(_with_own_bound(_table_rows(c.schedule, grid, reference, mine), own[key]), blocks)

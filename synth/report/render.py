@@ -191,7 +191,8 @@ def reading_notes(modelled: bool) -> list[str]:
         "as its busiest link; every table, speedup and pick uses it. **sim time** (`sim_time_us`, report.csv "
         "only): the event-driven simulation, where a transfer starts as soon as its data and link are ready "
         "instead of at a step boundary; never above the step time, and not used to pick (a schedule of more "
-        "than 100,000 transfers is simulated at 1K, 1M and 1G only; its other rows leave the column empty).",
+        "than 100,000 events, its sends and the ports of its switch entries, is simulated at 1K, 1M and 1G only; "
+        "its other rows leave the column empty).",
         "- **% of bound**: the collective's lower-bound time at that size over the schedule's time. Every row at "
         "a size is measured against the same bound, whatever its chunking (report.csv's "
         "`own_chunking_bound_*` columns hold the bound of a schedule's own chunking). At small sizes the time is "

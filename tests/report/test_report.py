@@ -212,3 +212,28 @@ def test_router_size_variants_as_jobs_equal_the_serial_ones():
     assert [c.label for c in serial] == [c.label for c in parallel]
     assert [c.schedule.steps for c in serial] == [c.schedule.steps for c in parallel]
     assert any(line.startswith("routing") for line in lines)  # the jobs' progress comes back
+
+
+def test_the_simulation_is_sized_by_its_events_and_big_schedules_run_at_table_sizes_only(monkeypatch):
+    """A switch entry costs the simulator one event per port: nccl_nvls on h100 has reductions
+    (8 srcs, 1 dst) and multicasts (1 src, 8 dsts), 9 ports each; above SIMULATED_EVENTS only TABLE_SIZES are simulated,
+    and the table's rows are the grid's where the grid has them."""
+    from synth.baselines import registry
+    from synth.core.library import resolve_topology
+    from synth.report import evaluate as ev
+    from synth.report.candidates import Candidate
+
+    h100 = resolve_topology("h100")
+    nvls = registry()["nccl_nvls"].make(h100, "allreduce")
+    ports = sum(len(e.srcs) + len(e.dsts) for step in nvls.steps for e in step.switches)
+    assert ev.simulation_events(nvls) == nvls.send_count + ports and ports == 9 * nvls.switch_count
+    candidate = Candidate("nvls", "nccl", nvls, "nvls.json")
+    sizes = size_grid("1K..1G")
+    monkeypatch.setattr(ev, "SIMULATED_EVENTS", ev.simulation_events(nvls) - 1)
+    (big,) = ev.evaluate(h100, [candidate], sizes)
+    assert [row["size"] for row in big.rows if row["sim_time_us"] is not None] == list(ev.TABLE_SIZES)
+    assert [row["sim_time_us"] for row in big.table] == \
+        [row["sim_time_us"] for row in big.rows if row["size"] in ev.TABLE_SIZES]
+    monkeypatch.setattr(ev, "SIMULATED_EVENTS", ev.simulation_events(nvls))
+    (small,) = ev.evaluate(h100, [candidate], sizes)
+    assert all(row["sim_time_us"] is not None for row in small.rows)
