@@ -104,6 +104,12 @@ def _switch_ops(ops: dict, sw: SwitchTransfer, ident: int, k: int, i: int, chann
 def _root(switch: tuple) -> int:
     """The root of a switch op (synth.program.ir.Op.root) from its (id, srcs, dsts)."""
     _, srcs, dsts = switch
+    return switch_root(srcs, dsts)
+
+
+def switch_root(srcs, dsts) -> int:
+    """The rank a switch operation is rooted at: its one src, else its first dst. A rank runs one
+    thread block per root of the switch operations it takes part in."""
     return srcs[0] if len(srcs) == 1 else dsts[0]
 
 

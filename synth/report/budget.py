@@ -29,11 +29,26 @@ BUDGETS = (1, 2, 4, 8, 16, 32)  # the budgets the report's threadblocks.png show
 
 
 def fewest_blocks(schedule: Schedule) -> int:
-    """A lower bound on an MSCCL lowering's thread blocks per rank: a block sends to one peer and
-    receives from one, so a rank needs as many as it has peers in either direction."""
-    from synth.milp.peers import schedule_degree
+    """A lower bound on an MSCCL lowering's thread blocks per rank (at least 1): a block sends to
+    one peer and receives from one, so a rank needs as many as it has peers in either direction,
+    and one more for every root of the switch operations it takes part in (``switch_root``)."""
+    from collections import defaultdict
 
-    return schedule_degree(schedule)
+    from synth.lower.blocks import switch_root
+
+    out: dict[int, set] = defaultdict(set)
+    into: dict[int, set] = defaultdict(set)
+    roots: dict[int, set] = defaultdict(set)
+    for step in schedule.steps:
+        for send in step.sends:
+            out[send.src].add(send.dst)
+            into[send.dst].add(send.src)
+        for entry in step.switches:
+            root = switch_root(entry.srcs, entry.dsts)
+            for rank in {*entry.srcs, *entry.dsts}:
+                roots[rank].add(root)
+    ranks = set(out) | set(into) | set(roots)
+    return max((max(len(out[r]), len(into[r])) + len(roots[r]) for r in ranks), default=1) or 1
 
 
 def footprint(schedule: Schedule, kind: str, budget: int | None = None) -> int | None:
@@ -43,6 +58,11 @@ def footprint(schedule: Schedule, kind: str, budget: int | None = None) -> int |
         return 1
     if budget is not None and fewest_blocks(schedule) > budget:
         return None
+    return _lowered(schedule, budget)
+
+
+def _lowered(schedule: Schedule, budget: int | None) -> int | None:
+    """Thread blocks per rank of the lowering within ``budget`` (None when it cannot fit)."""
     from synth.lower.lowering import LoweringOptions, lower
 
     try:
@@ -59,7 +79,8 @@ class Footprints:
     fewest blocks) first. Under a budget a schedule takes the fewer of the two (more instances
     fit); when both are too many, the lowering within the budget (every connection paired, then
     fewer channels; not for schedules of more than ``LOWERED_WITHIN`` sends and switch entries,
-    whose lowering takes minutes); when that fails too it is left out."""
+    whose lowering takes minutes); when that fails too it is left out. One that needs more than
+    the budget by ``fewest_blocks`` is left out without lowering it."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[int, object], int | None] = {}
@@ -73,13 +94,15 @@ class Footprints:
         free = self._once(schedule, None, lambda: footprint(schedule, kind))
         if budget is None:
             return free
+        if kind != "nccl" and self._once(schedule, "fewest", lambda: fewest_blocks(schedule)) > budget:
+            return None  # no lowering takes fewer (so neither of the two below, nor one within the budget)
         fewest = self._once(schedule, "one", lambda: _one_channel(schedule, kind))
         best = min((b for b in (free, fewest) if b is not None), default=None)
         if best is not None and best <= budget:
             return best
-        if fewest_blocks(schedule) > budget or schedule.send_count + schedule.switch_count > LOWERED_WITHIN:
+        if schedule.send_count + schedule.switch_count > LOWERED_WITHIN:
             return None
-        return self._once(schedule, budget, lambda: footprint(schedule, kind, budget))
+        return self._once(schedule, budget, lambda: _lowered(schedule, budget))
 
 
 def _one_channel(schedule: Schedule, kind: str) -> int | None:

@@ -160,3 +160,15 @@ def test_switch_fields_on_other_ops_are_refused():
     doc["gpus"][0]["threadblocks"][0]["ops"][0]["srcs"] = [0]
     with pytest.raises(InputError, match="'srcs' belongs to switch ops"):
         program_from_dict(doc)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(switch_schedules())
+def test_no_lowering_takes_fewer_blocks_than_fewest_blocks(schedule):
+    from synth.report.budget import fewest_blocks
+
+    try:
+        program = lower(schedule)
+    except InputError:
+        return
+    assert fewest_blocks(schedule) <= program.threadblocks_per_rank

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from synth.baselines import registry
+from synth.baselines import BaselineNotApplicable, registry
 from synth.core.library import resolve_topology
 from synth.measure.calibration import load_calibration
 from synth.report import runner
@@ -66,3 +66,23 @@ def test_the_curve_never_gets_slower_with_more_blocks(budgeted):
         theirs = [r["nccl_us"] for r in order]
         assert all(a >= b - 1e-9 for a, b in zip(ours, ours[1:]))
         assert all(a >= b - 1e-9 for a, b in zip(theirs, theirs[1:]))
+
+
+def test_fewest_blocks_counts_switch_roots_and_no_lowering_takes_fewer():
+    from synth.lower.lowering import lower
+
+    h100 = resolve_topology("h100")
+    nvls = registry()["nccl_nvls"].make(h100, "allreduce")
+    assert fewest_blocks(nvls) == 8  # a block per root: every rank roots a reduction and a multicast
+    for name in ("nccl_nvls", "ring", "recursive_doubling", "direct"):
+        for collective in ("allreduce", "allgather", "alltoall"):
+            entry = registry()[name]
+            if collective not in entry.collectives:
+                continue
+            try:
+                schedule = entry.make(h100, collective)
+            except BaselineNotApplicable:
+                continue
+            assert fewest_blocks(schedule) <= lower(schedule).threadblocks_per_rank, (name, collective)
+    footprints = Footprints()
+    assert footprints.of(nvls, "greedy", 7) is None and footprints.of(nvls, "greedy", 8) == 8
