@@ -48,21 +48,29 @@ def relieve_ports(schedule: Schedule, size: float) -> Schedule:
 
 def _relieved(topo, step: Step, b: float) -> Step:
     """One step relieved, move by move while each shortens it or leaves fewer resources at its
-    length (ports alike by symmetry are relieved one after the other)."""
-    current, score = step, _score(topo, step, b)
+    length (ports alike by symmetry are relieved one after the other). Each move changes a few
+    resources' loads (``_Loads``), so a move is scored without recounting the step."""
+    loads = _Loads(topo, step, b)
+    entries, sends = list(step.switches), list(step.sends)
+    score = loads.score(entries)
     while True:
-        trial = _one_move(topo, current, score[2])
-        if trial is None:
+        move = _one_move(topo, entries, score[2])
+        if move is None:
             break
-        trial_score = _score(topo, trial, b)
+        index, kept, send, changes = move
+        trial = entries[:index] + kept + entries[index + 1:]
+        loads.apply(changes, 1)
+        trial_score = loads.score(trial)
         if trial_score[:2] >= score[:2]:
+            loads.apply(changes, -1)
             break
-        current, score = trial, trial_score
-    if current is step:
+        entries, score = trial, trial_score
+        sends.append(send)
+    if len(sends) == len(step.sends):
         return step
-    needed = rounds_needed(topo, current.sends, current.switches)
+    needed = rounds_needed(topo, sends, entries)
     rounds = None if step.rounds is None or needed is None else max(step.rounds, needed)
-    return Step(tuple(sorted(current.sends)), rounds, current.switches)
+    return Step(tuple(sorted(sends)), rounds, tuple(entries))
 
 
 def _score(topo, step: Step, b: float) -> tuple[float, int, tuple]:
@@ -75,13 +83,60 @@ def _score(topo, step: Step, b: float) -> tuple[float, int, tuple]:
     return round(longest, 6), len(slowest), (ports or slowest or [("none",)])[0]
 
 
-def _one_move(topo, step: Step, slowest: tuple) -> Step | None:
-    """The step with one delivery moved off the slowest port ``slowest`` onto a link; None
-    where the slowest resource is no switch port or no delivery through it can move."""
+class _Loads:
+    """Every resource a step loads with its time (``step_terms``), kept up to date as deliveries
+    move; ``score`` is ``_score`` of the step with the given switch entries."""
+
+    def __init__(self, topo, step: Step, b: float) -> None:
+        self.topo, self.b = topo, b
+        self.terms: dict[tuple, list] = {}  # key -> [count, alpha, bandwidth]
+        self.times: dict[tuple, float] = {}
+        for key, count, alpha, bandwidth in step_terms(topo, step):
+            self.terms[key] = [count, alpha, bandwidth]
+            self.times[key] = alpha + count * b / (bandwidth * 1e3)
+
+    def apply(self, changes, sign: int) -> None:
+        """Add ``sign`` x each (key, chunks, alpha, bandwidth) change; a resource left with no
+        chunks is no longer loaded."""
+        for key, delta, alpha, bandwidth in changes:
+            term = self.terms.setdefault(key, [0, alpha, bandwidth])
+            term[0] += sign * delta
+            if term[0]:
+                self.times[key] = term[1] + term[0] * self.b / (term[2] * 1e3)
+            else:
+                del self.terms[key], self.times[key]
+
+    def score(self, entries: list[SwitchSend]) -> tuple[float, int, tuple]:
+        """``_score`` of the step: the first slowest port in ``step_terms``' order (by switch,
+        out-ports before in-ports, ranks as the entries first name them), else any slowest
+        resource (no move follows from one)."""
+        longest = max(self.times.values(), default=0.0)
+        cut = longest - _TOL * max(1.0, longest)
+        slowest = [key for key, took in self.times.items() if took >= cut]
+        ports = {key for key in slowest if key[0] == "port"}
+        return round(longest, 6), len(slowest), (_first_port(entries, ports) if ports else
+                                                 (slowest or [("none",)])[0])
+
+
+def _first_port(entries: list[SwitchSend], ports: set) -> tuple:
+    """The first of ``ports`` in ``synth.core.schedule.port_loads``' order."""
+    for name in dict.fromkeys(entry.switch for entry in entries):
+        for direction, side in (("out", "srcs"), ("in", "dsts")):
+            for entry in entries:
+                if entry.switch == name:
+                    for rank in getattr(entry, side):
+                        if ("port", name, rank, direction) in ports:
+                            return ("port", name, rank, direction)
+    raise AssertionError("a loaded port no entry names")
+
+
+def _one_move(topo, entries: list[SwitchSend], slowest: tuple):
+    """One delivery moved off the slowest port ``slowest`` onto a link: (the entry's index, what
+    replaces it, the send, the load changes); None where the slowest resource is no switch port
+    or no delivery through it can move."""
     if slowest[0] != "port":
         return None
     _, name, rank, direction = slowest
-    entries = list(step.switches)
     for i, entry in enumerate(entries):
         if entry.switch != name or len(entry.srcs) != 1:
             continue
@@ -89,15 +144,36 @@ def _one_move(topo, step: Step, slowest: tuple) -> Step | None:
         if direction == "in" and rank in entry.dsts and rank != src and topo.has_link(src, rank):
             rest = tuple(d for d in entry.dsts if d != rank)
             kept = [SwitchSend(entry.chunk, name, (src,), rest)] if rest else []
-            return _with(step, entries[:i] + kept + entries[i + 1:], Send(entry.chunk, src, rank))
+            changes = _port_changes(topo, name, rank, "in") + _link_changes(topo, src, rank)
+            if not rest:
+                changes += _port_changes(topo, name, src, "out")
+            return i, kept, Send(entry.chunk, src, rank), changes
         if direction == "out" and src == rank and len(entry.dsts) == 1 and entry.dsts[0] != src \
                 and topo.has_link(src, entry.dsts[0]):
-            return _with(step, entries[:i] + entries[i + 1:], Send(entry.chunk, src, entry.dsts[0]))
+            dst = entry.dsts[0]
+            changes = (_port_changes(topo, name, src, "out") + _port_changes(topo, name, dst, "in")
+                       + _link_changes(topo, src, dst))
+            return i, [], Send(entry.chunk, src, dst), changes
     return None
 
 
-def _with(step: Step, entries: list[SwitchSend], send: Send) -> Step:
-    return Step(step.sends + (send,), step.rounds, tuple(entries))
+def _port_changes(topo, name: str, rank: int, direction: str) -> list:
+    """One chunk off a port of switch ``name`` and off the group it shares (as ``port_loads``)."""
+    switch = topo.switch(name)
+    if rank not in switch.port_index:
+        return []
+    out = [(("port", name, rank, direction), -1, switch.alpha, switch.bandwidth)]
+    group = switch.out_group(rank) if direction == "out" else switch.in_group(rank)
+    if group is not None:
+        out.append((("group", group), -1, 0.0, topo.group_map[group].bandwidth))
+    return out
+
+
+def _link_changes(topo, src: int, dst: int) -> list:
+    """One chunk onto the link src -> dst and the groups it crosses (as ``step_terms``)."""
+    link = topo.link(src, dst)
+    out = [(("link", (src, dst)), 1, link.alpha, link.bandwidth)]
+    return out + [(("group", g.name), 1, 0.0, g.bandwidth) for g in topo.groups_of_link.get((src, dst), ())]
 
 
 def multicast_fanouts(schedule: Schedule, size: float, switches) -> Schedule:

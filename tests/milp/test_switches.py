@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from synth.bounds.solver import MilpOptions
 from synth.core.collectives import allgather, allreduce, broadcast, reduce_scatter
@@ -27,6 +29,7 @@ from synth.milp.timing import merge_starts, merge_steps_at_size
 from synth.synthesizers import Options, Problem
 from synth.synthesizers import synthesize as solve
 from synth.verify import verify
+from tests.switch_strategies import switch_schedules
 
 GIB = 1 << 30
 QUICK = MilpOptions(time_limit=10)
@@ -226,3 +229,23 @@ def test_the_routing_milp_counts_a_multicast_machine_s_out_ports_by_chunks():
     assert model._multicast_load(0) == 16  # every chunk is needed by two or more ranks of machine 0
     plan = route(topo, coll, sketch, QUICK, multicast=frozenset({0, 1}))
     assert plan.usable and plan.status.value == "solved"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(switch_schedules(), st.sampled_from([1 << 10, 1 << 20, 1 << 30]))
+def test_relief_scores_each_move_as_a_recount_of_the_step_would(schedule, size):
+    """The incremental loads give, move after move, what recounting the whole step gives: the
+    same duration, count of slowest resources and port to relieve next."""
+    from synth.milp.relief import _Loads, _one_move, _score
+
+    topo, b = schedule.topology, size / schedule.collective.buffer_chunks
+    for step in schedule.steps:
+        loads, entries, sends = _Loads(topo, step, b), list(step.switches), list(step.sends)
+        score = loads.score(entries)
+        assert score == _score(topo, step, b)
+        while (move := _one_move(topo, entries, score[2])) is not None:
+            index, kept, send, changes = move
+            entries, sends = entries[:index] + kept + entries[index + 1:], sends + [send]
+            loads.apply(changes, 1)
+            score = loads.score(entries)
+            assert score == _score(topo, Step(tuple(sends), None, tuple(entries)), b)
