@@ -428,77 +428,13 @@ def event_makespan(steps, collective, costs, switch_costs=None) -> float:
     """The one event simulation: sends in step order, each starting when its source holds the
     chunk and its link is free, holding the link for its time and every group it crosses for
     theirs, landing alpha later (or when the last group is done); a step's writes land
-    together (``land``). ``costs(index, step)`` yields each send's ``SendCost`` in order;
+    together (``synth.core.event_sim.Ready.land``). ``costs(index, step)`` yields each send's ``SendCost`` in order;
     resources are told apart by their keys. Switch entries follow the step's sends: each starts
     when every src holds the chunk, holds every resource ``switch_costs(entry)`` names from
     when it is free, and lands at every dst alpha after the last is done, replacing its copy."""
-    ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, pre in enumerate(collective.pre) for r in pre}
-    free: dict = {}
-    makespan = 0.0
-    for index, step in enumerate(steps):
-        landed: dict[tuple[int, int], list[tuple[float, str]]] = {}
-        for send, (key, alpha, took, groups) in zip(step.sends, costs(index, step)):
-            start = ready.get((send.src, send.chunk))
-            if start is None:
-                raise InputError(
-                    f"simulate: step {index}: rank {send.src} sends chunk {send.chunk}, which it "
-                    "does not hold (verify the schedule first)"
-                )
-            served = max(start, free.get(key, 0.0)) + took
-            free[key] = served
-            arrival = served + alpha
-            for group, group_took in groups:
-                done = max(start, free.get(group, 0.0)) + group_took
-                free[group] = done
-                arrival = max(arrival, done)
-            landed.setdefault((send.dst, send.chunk), []).append((arrival, send.op))
-            makespan = max(makespan, arrival)
-        for entry in step.switches:
-            arrival = _run_entry(index, entry, ready, free, switch_costs)
-            for dst in entry.dsts:
-                landed.setdefault((dst, entry.chunk), []).append((arrival, "copy"))
-            makespan = max(makespan, arrival)
-        land(ready, landed, collective.combining)
-    return makespan
+    from synth.core.event_sim import makespan
 
-
-def _run_entry(index: int, entry, ready: dict, free: dict, switch_costs) -> float:
-    """When one switch entry lands (see ``event_makespan``); its resources are taken."""
-    starts = [ready.get((src, entry.chunk)) for src in entry.srcs]
-    if any(start is None for start in starts):
-        raise InputError(f"simulate: step {index}: a src of switch entry {entry.switch!r} chunk {entry.chunk} "
-                         "does not hold it (verify the schedule first)")
-    alpha, ports, groups = switch_costs(entry)
-    start = max(starts)
-    served = _hold(start, ports, free)
-    return max(served + alpha, _hold(start, groups, free))
-
-
-def _hold(start: float, resources, free: dict) -> float:
-    """Take every (key, time) resource from when it is free (not before ``start``); when the
-    last is done."""
-    done = start
-    for key, took in resources:
-        finish = max(start, free.get(key, 0.0)) + took
-        free[key] = finish
-        done = max(done, finish)
-    return done
-
-
-def land(ready: dict, landed: dict, combining: bool) -> None:
-    """The simulation's step end: when each written (rank, chunk) is ready, from its writes'
-    (arrival, op) pairs."""
-    for place, writes in landed.items():
-        last = max(t for t, _ in writes)
-        before = ready.get(place)
-        if before is None:
-            ready[place] = last
-        elif all(op == "reduce" for _, op in writes):
-            ready[place] = max(before, last)  # adds into the rank's own partial
-        elif not combining:
-            ready[place] = min(before, last)  # the same data was already there
-        else:
-            ready[place] = last
+    return makespan(steps, collective, costs, switch_costs)
 
 
 def _check_protocol(proto: Protocol, allowed: tuple[str, ...]) -> None:
