@@ -63,23 +63,28 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
 
 
 def _fastest(topology: Topology, switch: Switch, size: float) -> Schedule:
+    built = _every_depth(topology, switch)
+    return built[_fastest_depth(built, size)]
+
+
+def _every_depth(topology: Topology, switch: Switch) -> dict:
+    """{pieces: the allreduce pipelined that deep} for every depth in PIECES."""
+    return {pieces: _built(topology, switch, "allreduce", pieces) for pieces in PIECES}
+
+
+def _fastest_depth(built: dict, size: float) -> int:
+    """The depth whose allreduce is fastest at ``size`` (the shallower on a tie)."""
     from synth.cost import step_time_us
 
-    best = None
-    for pieces in PIECES:
-        schedule = _built(topology, switch, "allreduce", pieces)
-        took = step_time_us(schedule, size)
-        if best is None or took < best[0]:
-            best = (took, schedule)
-    return best[1]
+    return min(built, key=lambda pieces: step_time_us(built[pieces], size))
 
 
 def choices(topology: Topology, collective: str, root, sizes) -> dict | None:
     """{size: pieces build picks} for allreduce (None for the others: one variant)."""
     if collective != "allreduce":
         return None
-    switch = nvls_switch(topology)
-    return {size: _fastest(topology, switch, size).collective.chunks_per_rank for size in sizes}
+    built = _every_depth(topology, nvls_switch(topology))
+    return {size: _fastest_depth(built, size) for size in sizes}
 
 
 def _built(topology: Topology, switch: Switch, name: str, pieces: int) -> Schedule:
