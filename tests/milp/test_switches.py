@@ -235,17 +235,21 @@ def test_the_routing_milp_counts_a_multicast_machine_s_out_ports_by_chunks():
 @given(switch_schedules(), st.sampled_from([1 << 10, 1 << 20, 1 << 30]))
 def test_relief_scores_each_move_as_a_recount_of_the_step_would(schedule, size):
     """The incremental loads give, move after move, what recounting the whole step gives: the
-    same duration, count of slowest resources and port to relieve next."""
+    same duration, count of slowest resources and port to relieve next (where the slowest is no
+    port, no move follows, whichever resource is named)."""
     from synth.milp.relief import _Loads, _one_move, _score
+
+    def verdict(score):
+        return score[:2], score[2] if score[2][0] == "port" else None
 
     topo, b = schedule.topology, size / schedule.collective.buffer_chunks
     for step in schedule.steps:
         loads, entries, sends = _Loads(topo, step, b), list(step.switches), list(step.sends)
         score = loads.score(entries)
-        assert score == _score(topo, step, b)
+        assert verdict(score) == verdict(_score(topo, step, b))
         while (move := _one_move(topo, entries, score[2])) is not None:
             index, kept, send, changes = move
             entries, sends = entries[:index] + kept + entries[index + 1:], sends + [send]
             loads.apply(changes, 1)
             score = loads.score(entries)
-            assert score == _score(topo, Step(tuple(sends), None, tuple(entries)), b)
+            assert verdict(score) == verdict(_score(topo, Step(tuple(sends), None, tuple(entries)), b))
