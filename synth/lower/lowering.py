@@ -149,6 +149,8 @@ def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions(), layo
     profile = _check_options(options)
     if profile is not None:
         refuse_switches_for_msccl(schedule, profile.name)
+    else:
+        _refuse_crowded_peers(schedule)
     if layout is None:
         layout = buffer_layout(schedule.collective, options.inplace)
     k = options.instances
@@ -161,8 +163,6 @@ def lower(schedule: Schedule, options: LoweringOptions = LoweringOptions(), layo
         cap = max((schedule.topology.link_capacity(l) or 1 for l in schedule.topology.links), default=1)
     else:
         cap = options.channels or DEFAULT_MAX_CHANNELS
-    if profile is None:
-        _refuse_crowded_peers(schedule)
     queue = [PlanConfig(max(1, min(cap, channel_limit)), False, 0)]
     tried: set[PlanConfig] = set()
     errors: list[Overflow] = []
