@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from synth.core.collective import Collective
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule, Send, Step, rounds_needed
+from synth.core.schedule import SEND_ORDER, Schedule, Send, Step, rounds_needed
 from synth.core.topology import Topology
 from synth.verify import checked
 
@@ -111,12 +111,7 @@ def route_phase(
             substeps[hop][key] = Send(transfer.chunk, a, b, transfer.op)
     if held is not None:
         held.update(first)
-    return [sorted(sub.values(), key=_order) for sub in substeps]
-
-
-def _order(send: Send) -> tuple[int, int, int, str]:
-    """Sort key equal to Send's dataclass order, without its slow generated comparisons."""
-    return (send.chunk, send.src, send.dst, send.op)
+    return [sorted(sub.values(), key=SEND_ORDER) for sub in substeps]
 
 
 def _route(topology, transfer, dists, preds, load, group_load) -> list[int]:
@@ -179,7 +174,7 @@ def finish(
     """Assemble, set rounds, verify; an invalid result is a bug in the baseline and raises."""
 
     built = tuple(
-        Step(tuple(sorted(sends, key=_order)), rounds_needed(topology, sends)) for sends in steps if sends
+        Step(tuple(sorted(sends, key=SEND_ORDER)), rounds_needed(topology, sends)) for sends in steps if sends
     )
     header = {"synthesizer": "baseline", "algorithm": algorithm}
     schedule = Schedule(topology, collective, built, {**header, **meta})

@@ -30,13 +30,9 @@ depth P, and keeps the fastest at the size (``synth.greedy.switches``).
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from synth.core import collectives
-from synth.core.schedule import Schedule, Send, Step, SwitchSend, rounds_needed
+from synth.core.schedule import SEND_ORDER, Schedule, Send, Step, SwitchSend, rounds_needed
 from synth.core.topology import Switch, Topology
-
-_ORDER = attrgetter("chunk", "src", "dst", "op")  # Send's own order, compared in C
 
 
 def extras_per_offset(extras: int, machines: int, size: int) -> list[int]:
@@ -82,7 +78,7 @@ def rail_allgather(topology: Topology, switches, pieces: int, extras: int) -> Sc
                     later.extend(Send(machine[(g + i) % size] * pieces + t, r, peer) for i in range(1, per[d] + 1))
                     if forward[(peer, per[d])]:  # empty when every other rank there had it as an extra
                         later_entries.append(SwitchSend(chunk, switches[m2].name, (peer,), forward[(peer, per[d])]))
-    built = tuple(Step(tuple(sorted(s, key=_ORDER)), rounds_needed(topology, s, e), tuple(e)) for s, e in steps)
+    built = tuple(Step(tuple(sorted(s, key=SEND_ORDER)), rounds_needed(topology, s, e), tuple(e)) for s, e in steps)
     meta = {"synthesizer": "greedy", "algorithm": "switch", "pieces": pieces, "rails": size,
             "extras": sum(per), "switch": ", ".join(s.name for s in switches)}
     return Schedule(topology, collectives.allgather(topology.ranks, pieces), built, meta)
@@ -152,7 +148,7 @@ def rail_allreduce(topology: Topology, switches, pieces: int, shares: int | None
                 owner = rail[j if shares == count else (j * (count // shares) + g + t) % count]
                 steps[t + 1][0].extend(Send(chunk, r, owner, "reduce") for r in rail if r != owner)
                 steps[t + 2][0].extend(Send(chunk, owner, r) for r in rail if r != owner)
-    built = tuple(Step(tuple(sorted(s, key=_ORDER)), rounds_needed(topology, s, e), tuple(e)) for s, e in steps)
+    built = tuple(Step(tuple(sorted(s, key=SEND_ORDER)), rounds_needed(topology, s, e), tuple(e)) for s, e in steps)
     used = [*switches, *([] if sharp is None else [sharp])]
     meta = {"synthesizer": "greedy", "algorithm": "switch", "pieces": pieces, "rails": size,
             "switch": ", ".join(s.name for s in used)}

@@ -65,7 +65,7 @@ from typing import Callable
 
 from synth.core import collectives
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule, Send, Step, SwitchSend, rounds_needed
+from synth.core.schedule import SEND_ORDER, Schedule, Send, Step, SwitchSend, rounds_needed
 from synth.core.topology import Switch, Topology
 from synth.greedy.rails import balanced_extras, fabric_switch, rail_allgather, rail_allreduce, shares_tried
 from synth.greedy.shaped import Rates, pipeline_shape, slot_plan
@@ -288,7 +288,8 @@ def _allreduce(topology: Topology, switch: Switch, pieces: int, slices: int, p2p
                 else:
                     entries[t].append(SwitchSend(chunk, switch.name, everyone, (head,)))
                 entries[t + 1].append(SwitchSend(chunk, switch.name, (head,), others))
-    steps = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e)) for s, e in zip(sends, entries))
+    steps = tuple(Step(tuple(sorted(s, key=SEND_ORDER)), rounds_needed(topology, s, e), tuple(e))
+                  for s, e in zip(sends, entries))
     meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": pieces,
             "p2p_share": f"{p2p}/{slices}" if p2p else "0"}
     return Schedule(topology, collectives.allreduce(n, pieces * slices), steps, meta)
@@ -341,7 +342,7 @@ def _shaped_allreduce(topology: Topology, switch: Switch, shape, size: float) ->
                 sends[spread] += [Send(chunk, head, r) for r in others]
             else:
                 entries[spread].append(SwitchSend(chunk, switch.name, (head,), others))
-    built = tuple(Step(tuple(sorted(s)), rounds_needed(topology, s, e), tuple(e))
+    built = tuple(Step(tuple(sorted(s, key=SEND_ORDER)), rounds_needed(topology, s, e), tuple(e))
                   for s, e in zip(sends, entries) if s or e)
     meta = {"synthesizer": "greedy", "algorithm": "switch", "switch": switch.name, "pieces": len(built),
             "pipeline": "shaped", "shaped_for_bytes": int(size)}

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from synth.core.orbits import Quotient
-from synth.core.schedule import Schedule, Send, Step, rounds_needed
+from synth.core.schedule import SEND_ORDER, Schedule, Send, Step, rounds_needed
 from synth.cost import step_loads
 from synth.milp.orbit_cost import orbit_step_loads
 from synth.verify import checked
@@ -118,6 +118,6 @@ def _moved(steps: list[list[Send]], state: tuple[dict, dict], k: int, group: lis
 def _rebuild(schedule: Schedule, steps: list[list[Send]], quotient: Quotient | None) -> Schedule:
     topo = schedule.topology
     rounds = (lambda s: rounds_needed(topo, s)) if quotient is None else quotient.rounds_needed
-    rebuilt = tuple(Step(tuple(sorted(s, key=lambda x: (x.chunk, x.src, x.dst, x.op))), rounds(s))
+    rebuilt = tuple(Step(tuple(sorted(s, key=SEND_ORDER)), rounds(s))
                     for s in steps if s)
     return Schedule(topo, schedule.collective, rebuilt, schedule.meta)
