@@ -149,6 +149,7 @@ class _Sends:
             if k else np.zeros(0)
         row = np.fromiter((links.row(t, resources) for t in costs(index, step)), np.int64, k) if k else \
             np.zeros(0, dtype=np.int64)
+        links = links.tables()
         self.alpha = links.alpha[row]
         res, took, owner = [links.resource[row]], [links.took[row]], [np.arange(k)]
         for j in range(links.group_resource.shape[1]):
@@ -165,36 +166,53 @@ class _Sends:
 
 
 class _Links:
-    """Each send cost's terms (``SendCost``) once per resource key, as table rows."""
+    """Each send cost's terms (``SendCost``) once per resource key, as table rows; ``tables``
+    turns the rows into arrays again only when rows were added since."""
 
     def __init__(self) -> None:
         self.rows: dict = {}
-        self.resource = np.zeros(0, dtype=np.int64)
-        self.alpha = self.took = np.zeros(0)
-        self.groups = np.zeros(0, dtype=np.int64)
+        self._resource: list[int] = []
+        self._alpha: list[float] = []
+        self._took: list[float] = []
+        self._groups: list[list[tuple[int, float]]] = []
+        self._built = 0
         self.group_resource = np.zeros((0, 0), dtype=np.int64)
         self.group_took = np.zeros((0, 0))
+        self.resource = self.groups = np.zeros(0, dtype=np.int64)
+        self.alpha = self.took = np.zeros(0)
 
     def row(self, cost, resources: Resources) -> int:
         found = self.rows.get(cost[0])
         if found is None:
-            found = self.rows[cost[0]] = len(self.rows)
-            self._add(cost, resources)
+            key, alpha, took, groups = cost
+            found = self.rows[key] = len(self._resource)
+            self._resource.append(resources.id_of(key))
+            self._alpha.append(alpha)
+            self._took.append(took)
+            self._groups.append([(resources.id_of(group), group_took) for group, group_took in groups])
         return found
 
-    def _add(self, cost, resources: Resources) -> None:
-        key, alpha, took, groups = cost
-        width = max(self.group_resource.shape[1], len(groups))
-        pad = width - self.group_resource.shape[1]
-        self.resource = np.append(self.resource, resources.id_of(key))
-        self.alpha, self.took = np.append(self.alpha, alpha), np.append(self.took, took)
-        self.groups = np.append(self.groups, len(groups))
-        gres = np.zeros((1, width), dtype=np.int64)
-        gtook = np.zeros((1, width))
-        for j, (group, group_took) in enumerate(groups):
-            gres[0, j], gtook[0, j] = resources.id_of(group), group_took
-        self.group_resource = np.vstack([np.pad(self.group_resource, ((0, 0), (0, pad))), gres])
-        self.group_took = np.vstack([np.pad(self.group_took, ((0, 0), (0, pad))), gtook])
+    def tables(self) -> "_Links":
+        """Arrays by row: resource, alpha, took, groups, and (rows x widest) group resources and
+        times; the rows added since the last call are appended."""
+        done, rows = self._built, len(self._resource)
+        if done == rows:
+            return self
+        self._built = rows
+        fresh = self._groups[done:]
+        width = max([len(g) for g in fresh] + [self.group_resource.shape[1]])
+        block = np.zeros((rows - done, width), dtype=np.int64)
+        times = np.zeros((rows - done, width))
+        for i, groups in enumerate(fresh):
+            for j, (group, group_took) in enumerate(groups):
+                block[i, j], times[i, j] = group, group_took
+        widen = ((0, 0), (0, width - self.group_resource.shape[1]))
+        self.group_resource = np.vstack([np.pad(self.group_resource, widen), block])
+        self.group_took = np.vstack([np.pad(self.group_took, widen), times])
+        self.resource = np.array(self._resource, dtype=np.int64)
+        self.alpha, self.took = np.array(self._alpha, dtype=float), np.array(self._took, dtype=float)
+        self.groups = np.array([len(g) for g in self._groups], dtype=np.int64)
+        return self
 
 
 class _Entries:
