@@ -12,6 +12,8 @@ dominate. The two agree to rounding (tests/test_event_sim.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from synth.core.errors import InputError
@@ -209,9 +211,10 @@ class _Links:
         widen = ((0, 0), (0, width - self.group_resource.shape[1]))
         self.group_resource = np.vstack([np.pad(self.group_resource, widen), block])
         self.group_took = np.vstack([np.pad(self.group_took, widen), times])
-        self.resource = np.array(self._resource, dtype=np.int64)
-        self.alpha, self.took = np.array(self._alpha, dtype=float), np.array(self._took, dtype=float)
-        self.groups = np.array([len(g) for g in self._groups], dtype=np.int64)
+        self.resource = np.r_[self.resource, np.array(self._resource[done:], dtype=np.int64)]
+        self.alpha = np.r_[self.alpha, np.array(self._alpha[done:], dtype=float)]
+        self.took = np.r_[self.took, np.array(self._took[done:], dtype=float)]
+        self.groups = np.r_[self.groups, np.array([len(g) for g in fresh], dtype=np.int64)]
         return self
 
 
@@ -223,35 +226,46 @@ class _Entries:
         parts = [_entry_holds(entry, switch_costs, resources, known) for entry in entries]
         begin = []
         for entry, part in zip(entries, parts):
-            found = ready.time[part[0], entry.chunk]
+            found = ready.time[part.srcs, entry.chunk]
             if np.isnan(found).any():
                 raise InputError(f"simulate: step {index}: a src of switch entry {entry.switch!r} chunk "
                                  f"{entry.chunk} does not hold it (verify the schedule first)")
             begin.append(found.max())
         self.begin = np.array(begin, dtype=float)
-        self.alpha = np.array([part[2] for part in parts], dtype=float)
-        sizes = [len(part[3]) for part in parts]
-        self.res = _joined([part[3] for part in parts], np.int64)
-        self.took = _joined([part[4] for part in parts], float)
-        self.group = _joined([part[5] for part in parts], bool)
-        self.owner = np.repeat(np.arange(len(parts)), sizes)
+        self.alpha = np.array([part.alpha for part in parts], dtype=float)
+        self.res = _joined([part.res for part in parts], np.int64)
+        self.took = _joined([part.took for part in parts], float)
+        self.group = _joined([part.group for part in parts], bool)
+        self.owner = np.repeat(np.arange(len(parts)), [len(part.res) for part in parts])
         self.start = self.begin[self.owner]
-        self.writer = np.repeat(np.arange(len(parts)), [len(part[1]) for part in parts])
-        self.dst = _joined([part[1] for part in parts], np.int64)
-        self.chunk = np.repeat(np.array([e.chunk for e in entries], dtype=np.int64), [len(p[1]) for p in parts])
+        writes = [len(part.dsts) for part in parts]
+        self.writer = np.repeat(np.arange(len(parts)), writes)
+        self.dst = _joined([part.dsts for part in parts], np.int64)
+        self.chunk = np.repeat(np.array([e.chunk for e in entries], dtype=np.int64), writes)
 
 
-def _entry_holds(entry, switch_costs, resources: Resources, known: dict) -> tuple:
-    """(srcs, dsts, alpha, resource ids, hold times, is-group flags) of a switch entry, once per
-    (switch, srcs, dsts)."""
+@dataclass(frozen=True)
+class _EntryHolds:
+    """What one switch entry holds: its srcs and dsts, its alpha, and per hold (ports, then the
+    groups they share) the resource id, the time and whether it is a group."""
+
+    srcs: np.ndarray
+    dsts: np.ndarray
+    alpha: float
+    res: np.ndarray
+    took: np.ndarray
+    group: np.ndarray
+
+
+def _entry_holds(entry, switch_costs, resources: Resources, known: dict) -> _EntryHolds:
+    """``_EntryHolds`` of a switch entry, once per (switch, srcs, dsts)."""
     key = (entry.switch, entry.srcs, entry.dsts)
     if key not in known:
         alpha, ports, groups = switch_costs(entry)
         holds = list(ports) + list(groups)
-        known[key] = (np.array(entry.srcs, dtype=np.int64), np.array(entry.dsts, dtype=np.int64), alpha,
-                      np.array([resources.id_of(k) for k, _ in holds], dtype=np.int64),
-                      np.array([t for _, t in holds], dtype=float),
-                      np.arange(len(holds)) >= len(ports))
+        known[key] = _EntryHolds(np.array(entry.srcs, dtype=np.int64), np.array(entry.dsts, dtype=np.int64), alpha,
+                                 np.array([resources.id_of(k) for k, _ in holds], dtype=np.int64),
+                                 np.array([t for _, t in holds], dtype=float), np.arange(len(holds)) >= len(ports))
     return known[key]
 
 

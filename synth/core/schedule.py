@@ -301,6 +301,18 @@ def port_loads(step: Step, topology: Topology) -> tuple[Counter, Counter]:
     return ports, groups
 
 
+def peer_sets(schedule: "Schedule") -> tuple[dict[int, set[int]], dict[int, set[int]]]:
+    """(rank -> the ranks it sends to, rank -> the ranks it receives from) over every send of
+    ``schedule`` (switch entries are no peers)."""
+    out: dict[int, set[int]] = {}
+    into: dict[int, set[int]] = {}
+    for step in schedule.steps:
+        for send in step.sends:
+            out.setdefault(send.src, set()).add(send.dst)
+            into.setdefault(send.dst, set()).add(send.src)
+    return out, into
+
+
 def rounds_needed(topology: Topology, sends: Sequence[Send], switches: Sequence[SwitchSend] = ()) -> int | None:
     """Fewest rounds for which the sends and switch entries fit every link, port and group
     capacity (None: no rounds)."""

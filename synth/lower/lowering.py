@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from synth.core.errors import InputError
-from synth.core.schedule import Schedule
+from synth.core.schedule import Schedule, peer_sets
 from synth.lower.blocks import (
     Overflow,
     add_dependencies,
@@ -192,12 +192,7 @@ def _refuse_crowded_peers(schedule: Schedule) -> None:
     MAX_PEERS_PER_CHANNEL peers. Channel 0 carries a thread block toward every peer a rank
     talks to unless steps rotate over channels, which only a runtime's step limit triggers; so
     without a runtime no arrangement fits, and this says so before planning a single step."""
-    for direction, ends in (("send", lambda s: (s.src, s.dst)), ("recv", lambda s: (s.dst, s.src))):
-        peers: dict[int, set] = defaultdict(set)
-        for step in schedule.steps:
-            for send in step.sends:
-                rank, peer = ends(send)
-                peers[rank].add(peer)
+    for direction, peers in zip(("send", "recv"), peer_sets(schedule)):
         crowded = [(len(group), rank) for rank, group in peers.items() if len(group) > MAX_PEERS_PER_CHANNEL]
         if crowded:
             count, rank = max(crowded, key=lambda item: (item[0], -item[1]))

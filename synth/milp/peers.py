@@ -46,6 +46,7 @@ from synth.core.collective import Collective
 from synth.core.collectives import make_collective
 from synth.core.errors import InfeasibleError, InputError, SolverError, UnknownResultError
 from synth.core.orbits import orbit_classes
+from synth.core.schedule import peer_sets
 from synth.core.topology import Topology
 
 BANDWIDTH_FIRST = 1 << 20  # bytes: from this size on the kept links maximise bandwidth first
@@ -93,8 +94,7 @@ def peer_degree(topology: Topology) -> int:
 
 def schedule_degree(schedule) -> int:
     """The most send or receive peers a rank of ``schedule`` talks to (at least 1)."""
-    pairs = ((send.src, send.dst) for step in schedule.steps for send in step.sends)
-    return max(_peer_counts(pairs).values(), default=1)
+    return max((len(peers) for side in peer_sets(schedule) for peers in side.values()), default=1)
 
 
 def choose_peers(topology: Topology, collective: str | Collective, limit: int, size: int = 1 << 30,

@@ -75,12 +75,8 @@ def _relieved(topo, step: Step, b: float) -> Step:
 
 def _score(topo, step: Step, b: float) -> tuple[float, int, tuple]:
     """(the step's duration, rounded to float noise; how many resources take that long; the
-    first such switch port, else the first such resource)."""
-    times = [(alpha + count * b / (bandwidth * 1e3), key) for key, count, alpha, bandwidth in step_terms(topo, step)]
-    longest = max((t for t, _ in times), default=0.0)
-    slowest = [key for t, key in times if t >= longest - _TOL * max(1.0, longest)]
-    ports = [key for key in slowest if key[0] == "port"]
-    return round(longest, 6), len(slowest), (ports or slowest or [("none",)])[0]
+    first such switch port, else one such resource)."""
+    return _Loads(topo, step, b).score(list(step.switches))
 
 
 class _Loads:
@@ -107,9 +103,9 @@ class _Loads:
                 del self.terms[key], self.times[key]
 
     def score(self, entries: list[SwitchSend]) -> tuple[float, int, tuple]:
-        """``_score`` of the step: the first slowest port in ``step_terms``' order (by switch,
-        out-ports before in-ports, ranks as the entries first name them), else any slowest
-        resource (no move follows from one)."""
+        """(the step's duration, rounded to float noise; how many resources take that long; the
+        first of them that is a switch port in ``step_terms``' order (by switch, out-ports before
+        in-ports, ranks as the entries first name them), else any of them (no move follows))."""
         longest = max(self.times.values(), default=0.0)
         cut = longest - _TOL * max(1.0, longest)
         slowest = [key for key, took in self.times.items() if took >= cut]

@@ -32,23 +32,19 @@ def fewest_blocks(schedule: Schedule) -> int:
     """A lower bound on an MSCCL lowering's thread blocks per rank (at least 1): a block sends to
     one peer and receives from one, so a rank needs as many as it has peers in either direction,
     and one more for every root of the switch operations it takes part in (``switch_root``)."""
-    from collections import defaultdict
-
+    from synth.core.schedule import peer_sets
     from synth.lower.blocks import switch_root
 
-    out: dict[int, set] = defaultdict(set)
-    into: dict[int, set] = defaultdict(set)
-    roots: dict[int, set] = defaultdict(set)
+    out, into = peer_sets(schedule)
+    roots: dict[int, set] = {}
     for step in schedule.steps:
-        for send in step.sends:
-            out[send.src].add(send.dst)
-            into[send.dst].add(send.src)
         for entry in step.switches:
             root = switch_root(entry.srcs, entry.dsts)
             for rank in {*entry.srcs, *entry.dsts}:
-                roots[rank].add(root)
+                roots.setdefault(rank, set()).add(root)
     ranks = set(out) | set(into) | set(roots)
-    return max((max(len(out[r]), len(into[r])) + len(roots[r]) for r in ranks), default=1) or 1
+    return max((max(len(out.get(r, ())), len(into.get(r, ()))) + len(roots.get(r, ())) for r in ranks),
+               default=1) or 1
 
 
 def footprint(schedule: Schedule, kind: str, budget: int | None = None) -> int | None:

@@ -237,7 +237,16 @@ def test_relief_scores_each_move_as_a_recount_of_the_step_would(schedule, size):
     """The incremental loads give, move after move, what recounting the whole step gives: the
     same duration, count of slowest resources and port to relieve next (where the slowest is no
     port, no move follows, whichever resource is named)."""
-    from synth.milp.relief import _Loads, _one_move, _score
+    from synth.milp.relief import _TOL, _Loads, _one_move
+    from synth.milp.timing import step_terms
+
+    def _score(topo, step, b):  # the whole step recounted, resource by resource
+        times = [(alpha + count * b / (bandwidth * 1e3), key) for key, count, alpha, bandwidth
+                 in step_terms(topo, step)]
+        longest = max((t for t, _ in times), default=0.0)
+        slowest = [key for t, key in times if t >= longest - _TOL * max(1.0, longest)]
+        ports = [key for key in slowest if key[0] == "port"]
+        return round(longest, 6), len(slowest), (ports or slowest or [("none",)])[0]
 
     def verdict(score):
         return score[:2], score[2] if score[2][0] == "port" else None
