@@ -60,9 +60,11 @@ _NTHREAD_START = re.compile(r"#\s*nThread\b")
 _NTHREAD = re.compile(r"#\s*nThread\s+([0-9]{1,9})\s+nGpus\s+([0-9]{1,9})(?:\s|$)")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _CONCLUDED = re.compile(r"#\s*Collective test concluded:\s*(\S+)")
-_DEVICE_START = re.compile(r"#\s*Rank\s+[0-9]")
-_DEVICE = re.compile(r"#\s*Rank\s+([0-9]{1,9})\s+(?:Group\s+[0-9]{1,9}\s+)?Pid\s+([0-9]{1,12})\s+(?:on\s+(\S+)\s+)?"
-                     r"device\s+([0-9]{1,9})\s+\[[^\]]*\]\s*(.*)")
+_DEVICE_START = re.compile(r"#\s*Rank\s+([0-9]{1,9})(?![0-9])")
+_DEVICE = re.compile(r"#\s*Rank\s+([0-9]{1,9})\s+(?:Group\s+[0-9]{1,9}\s+)?(?:Pid\s+([0-9]{1,12})\s+)?"
+                     r"(?:on\s+(\S+)\s+)?device\s+([0-9]{1,9})(?:\s+\[[^\]]*\])?\s*(.*)")
+_HEADER_GRAPH = re.compile(r"\bgraph:\s*(\S*)")
+_MODEL_NOTE = re.compile(r"\s+(?:\(|#|<-|--|//).*$")  # a note a person added after the model name
 _NCCL_TESTS_VERSION = re.compile(r"#\s*nccl-tests version\s.*\bnccl-library=([0-9]{1,9})\b")
 _LIBRARY_VERSION = re.compile(r"\b(NCCL|RCCL) version\s*:?\s*([0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4})")
 
@@ -121,6 +123,12 @@ class Run:
       ``"rccl X.Y.Z"`` from ``RCCL version : X.Y.Z-...``; None when not printed.
     - ``settings``: (variable, value) of the NCCL settings the text states for the run (value
       None: stated unset), in ``nccl_env.VARIABLES`` order; ``calls``: NCCL's per-call lines.
+    - ``graph``: CUDA-graph launches per timed iteration (the header's ``graph: N``, else the
+      command's ``-G N``, else a test command quoted in the header's prose; 0: eager launch).
+    - ``registration``: nccl-tests ``-R`` (0 none, 1 local, 2 symmetric window) from the command,
+      else from a test command quoted in prose; None when the text never says (nccl-tests' default
+      is 0). Neither is printed by nccl-tests' own header.
+    - ``skipped``: what was not read (a device line shortened by hand: its rank still counts).
     """
 
     source: str
@@ -136,6 +144,15 @@ class Run:
     rows: tuple[Row, ...]
     settings: tuple[tuple[str, str | None], ...] = ()
     calls: tuple[Call, ...] = ()
+    graph: int = 0
+    registration: int | None = None
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def buffers(self) -> str:
+        """The buffers' registration: ``none``, ``local`` or ``symmetric`` (nccl-tests ``-R``; not
+        stated: ``none``, nccl-tests' default)."""
+        return REGISTRATIONS[self.registration or 0]
 
     @property
     def nccl_settings(self) -> dict[str, str | None]:
@@ -236,7 +253,7 @@ class _Layout:
 @dataclass(frozen=True)
 class _Device:
     rank: int
-    pid: int
+    pid: int | None  # None: the line names no Pid (a listing shortened by hand)
     host: str | None  # None: the line names no host (an abbreviated listing)
     model: str
 
@@ -250,6 +267,8 @@ class _Command:
     threads: int | None = None
     gpus: int | None = None
     settings: tuple[tuple[str, str | None], ...] = ()  # its own NCCL assignments
+    graph: int | None = None  # -G: CUDA-graph launches (0: eager)
+    registration: int | None = None  # -R: 0 none, 1 local (ncclCommRegister), 2 symmetric window
 
 
 @dataclass(frozen=True)
@@ -260,6 +279,7 @@ class _Context:
     version: str | None = None
     command: _Command = _Command()
     settings: tuple[tuple[str, str | None], ...] = ()  # NCCL settings stated so far
+    prose: _Command = _Command()  # -R / -G a header's prose states for a test it quotes
 
     def stated(self, pairs, replacing: bool) -> "_Context":
         """With ``pairs`` stated: replacing what was known, or only where nothing was (prose)."""
@@ -282,10 +302,13 @@ class _Draft:
     context: _Context = _Context()
     rows: list[Row] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
+    graph: int | None = None  # the header's "graph: N"
+    skipped: list[str] = field(default_factory=list)
 
     def successor(self) -> _Draft:
         """The next run of the same invocation: same header, devices and layout, no rows."""
-        return _Draft(set(self.markers), self.threads, self.gpus, list(self.devices), self.layout, self.context)
+        return _Draft(set(self.markers), self.threads, self.gpus, list(self.devices), self.layout, self.context,
+                      graph=self.graph, skipped=list(self.skipped))
 
 
 class _Reader:
@@ -297,8 +320,11 @@ class _Reader:
         self.draft = _Draft()
         self.context = _Context()
         self.command_parts: list[str] | None = None  # a command line continued with a backslash
+        self.line = 0
+        self.command_where = source
 
     def feed(self, number: int, line: str) -> None:
+        self.line = number
         text = line.strip()
         fields = text.split()
         if self.command_parts is not None:
@@ -341,8 +367,20 @@ class _Reader:
             if match := _NCCL_TESTS_VERSION.match(text):
                 self.context = replace(self.context, version="nccl " + nccl_version(int(match.group(1))))
             if not self._nccl_info(text):
-                self.context = self.context.stated(nccl_env.statements(text), replacing=False)
+                self.context = self.context.stated(nccl_env.prose_statements(text), replacing=False)
+                self._quoted_test(text, where)
             self._mention(text)
+
+    def _quoted_test(self, text: str, where: str) -> None:
+        """A test command quoted in prose states -R and -G where nothing stated them yet."""
+        match = _TEST_MENTION.search(text)
+        if match is None:
+            return
+        options = _test_options(text[match.end():].split(), where)
+        prose = self.context.prose
+        self.context = replace(self.context, prose=replace(
+            prose, graph=prose.graph if prose.graph is not None else options.graph,
+            registration=prose.registration if prose.registration is not None else options.registration))
 
     def _header(self, where: str, text: str) -> None:
         match = _NTHREAD.match(text)
@@ -350,17 +388,22 @@ class _Reader:
             raise InputError(f"{where}: malformed header (expected '# nThread T nGpus G ...')")
         self._begin("header")
         self.draft.threads, self.draft.gpus = int(match.group(1)) or None, int(match.group(2)) or None
+        if graph := _HEADER_GRAPH.search(text):
+            self.draft.graph = _graph_count(graph.group(1), where)
 
     def _device(self, where: str, text: str) -> None:
-        match = _DEVICE.fullmatch(text)
-        if match is None:
-            raise InputError(f"{where}: malformed device line "
-                             f"(expected '#  Rank R [Group G] Pid P [on HOST] device D [BUS] MODEL')")
         if self.draft.rows:
             self._close()
             self.draft = _Draft()
+        match = _DEVICE.fullmatch(text)
+        if match is None:  # shortened by hand: the rank is still known, the rest is not
+            rank = int(_DEVICE_START.match(text).group(1))
+            self.draft.devices.append(_Device(rank, None, None, ""))
+            self.draft.skipped.append(f"{where.rsplit(': ', 1)[-1]}: device line not read ({text[:60]!r})")
+            return
         rank, pid, host, _, model = match.groups()
-        self.draft.devices.append(_Device(int(rank), int(pid), host, model.strip()))
+        model = _MODEL_NOTE.sub("", model.strip())
+        self.draft.devices.append(_Device(int(rank), None if pid is None else int(pid), host, model))
 
     def _column_header(self, layout: _Layout) -> None:
         if self.draft.rows:
@@ -385,6 +428,7 @@ class _Reader:
             self.context = replace(self.context, version=f"{match.group(1).lower()} {match.group(2)}")
         if _command_tokens(text.removesuffix("\\"), options_needed=not text.endswith("\\")) is not None:
             self.command_parts = []
+            self.command_where = f"{self.source}: line {self.line}"
             self._continue_command(text)
         else:
             if not self._nccl_info(text):
@@ -423,7 +467,7 @@ class _Reader:
             self.draft = _Draft()
         binary = _binary_index(tokens)
         collective = collective_name(tokens[binary]) if binary is not None else self.context.collective
-        command = replace(_parse_command(tokens, binary), settings=tuple(nccl_env.statements(text)))
+        command = replace(_parse_command(tokens, binary, self.command_where), settings=tuple(nccl_env.statements(text)))
         self.context = _Context(collective, None, command, self.context.settings)
 
     # --- runs
@@ -453,18 +497,24 @@ def _finished(draft: _Draft, source: str, index: int) -> Run:
         processes: int | None = None
     elif draft.devices:
         ranks = len(draft.devices)
-        hosts = tuple(dict.fromkeys(d.host for d in draft.devices if d.host is not None))
-        processes = len({(d.host, d.pid) for d in draft.devices})
+        named = all(d.host is not None for d in draft.devices)
+        hosts = tuple(dict.fromkeys(d.host for d in draft.devices)) if named else ()
+        pids = all(d.pid is not None for d in draft.devices)
+        processes = len({(d.host, d.pid) for d in draft.devices}) if pids else None
     else:
         processes = command.processes
         ranks = processes * threads * gpus if processes else None
         hosts = command.hosts
     settings = dict(draft.context.stated(command.settings, replacing=True).settings)
     ordered = tuple((name, settings[name]) for name in nccl_env.VARIABLES if name in settings)
+    prose = draft.context.prose
+    graph = next((g for g in (draft.graph, command.graph, prose.graph) if g is not None), 0)
+    registration = command.registration if command.registration is not None else prose.registration
     return Run(source=source, index=index, collective=draft.context.collective, gpus_per_thread=gpus,
                threads=threads, ranks=ranks, hosts=hosts, processes=processes,
-               devices=tuple(d.model for d in draft.devices), version=draft.context.version,
-               rows=tuple(draft.rows), settings=ordered, calls=tuple(draft.calls))
+               devices=tuple(d.model for d in draft.devices if d.model), version=draft.context.version,
+               rows=tuple(draft.rows), settings=ordered, calls=tuple(draft.calls), graph=graph,
+               registration=registration, skipped=tuple(draft.skipped))
 
 
 # --- lines ---------------------------------------------------------------------------------------
@@ -640,14 +690,15 @@ def _binary_index(tokens: list[str]) -> int | None:
     return next((i for i in range(start, len(tokens)) if _TEST_BINARY.fullmatch(_basename(tokens[i]))), None)
 
 
-def _parse_command(tokens: list[str], binary: int | None) -> _Command:
+def _parse_command(tokens: list[str], binary: int | None, where: str) -> _Command:
     """Processes and hosts from the launcher's options, threads and GPUs from the test's."""
     launcher = _launcher_index(tokens)
     test_args = tokens[binary + 1:] if binary is not None else []
     threads = _last_count(test_args, ("-t", "--nthreads"))
     gpus = _last_count(test_args, ("-g", "--ngpus"))
+    options = _test_options(test_args, where)
     if launcher is None:
-        return _Command(threads=threads, gpus=gpus)
+        return replace(options, threads=threads, gpus=gpus)
     args = tokens[launcher + 1:binary]
     srun = _basename(tokens[launcher]) == "srun"
     hosts, slots = _hosts(_flag_values(args, ("-H", "-host", "--host", "-hosts", "--hosts")))
@@ -658,7 +709,32 @@ def _parse_command(tokens: list[str], binary: int | None) -> _Command:
     if processes is None and per_node is not None:
         nodes = len(hosts) or (_last_count(args, ("-N", "--nodes")) if srun else None)
         processes = per_node * nodes if nodes else None
-    return _Command(processes, hosts, threads, gpus)
+    return replace(options, processes=processes, hosts=hosts, threads=threads, gpus=gpus)
+
+
+REGISTRATIONS = {0: "none", 1: "local", 2: "symmetric"}  # nccl-tests -R
+
+
+def _test_options(args: list[str], where: str) -> _Command:
+    """The launch mode a test's options set: ``-G N`` graph launches, ``-R N`` buffer registration;
+    a value nccl-tests does not take is one InputError line (``where`` names the line)."""
+    graph = registration = None
+    for value in _flag_values(args, ("-G", "--cudagraph")):
+        graph = _graph_count(value.rstrip(".,;)"), where)
+    for value in _flag_values(args, ("-R", "--local_register")):
+        value = value.rstrip(".,;)")
+        if value not in ("0", "1", "2"):
+            raise InputError(f"{where}: -R {value}: nccl-tests registers buffers with -R 0 (none), "
+                             "1 (local, ncclCommRegister) or 2 (symmetric window)")
+        registration = int(value)
+    return _Command(graph=graph, registration=registration)
+
+
+def _graph_count(value: str, where: str) -> int:
+    """A CUDA-graph launch count (``graph: N`` in the header, ``-G N``): a non-negative integer."""
+    if re.fullmatch(r"[0-9]{1,9}", value) is None:
+        raise InputError(f"{where}: graph count {value!r} is not a non-negative integer (nccl-tests -G N)")
+    return int(value)
 
 
 def _per_node(args: list[str], srun: bool) -> int | None:

@@ -34,7 +34,8 @@ from typing import Mapping
 
 from synth.core.errors import InputError
 
-VARIABLES = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE")
+VARIABLES = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_SYM_NOWIN_ENABLE",
+             "NCCL_CTA_POLICY")
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain", "pat", "p2p")
 PROTOCOLS = ("ll", "ll128", "simple")
 
@@ -114,6 +115,28 @@ def statements(text: str) -> list[tuple[str, str | None]]:
     found = [(m.start(), m.group(1), _unquoted(m.group(2))) for m in _ASSIGNMENT.finditer(text)]
     found += [(m.start(), m.group(1), None) for m in _UNSET.finditer(text)]
     return [(name, value) for _, name, value in sorted(found) if value != ""]
+
+
+_CONTRAST = re.compile(r"\b(?:without|versus|vs\.?|unlike|instead\s+of|compared\s+(?:to|with)|companion|pair)\b",
+                       re.I)
+
+
+def prose_statements(text: str) -> list[tuple[str, str | None]]:
+    """``statements`` of a header's prose, less those it names as the alternative to this run:
+    an assignment after a contrast word (``without``, ``vs``, ``unlike``, ``instead of``,
+    ``compared to``, ``companion``, ``pair``) in the same sentence describes another run.
+
+    >>> prose_statements("# Notes: bench_fair.sh only ran -R 2, with and without NCCL_NVLS_ENABLE=0")
+    []
+    >>> prose_statements("# NCCL_ALGO=Ring (the pair: NCCL_ALGO=NVLS)")
+    [('NCCL_ALGO', 'Ring')]
+    """
+    found = []
+    for sentence in re.split(r"(?<=[.;])\s+|\(", text):
+        contrast = _CONTRAST.search(sentence)
+        cut = contrast.start() if contrast else len(sentence)
+        found += statements(sentence[:cut])
+    return found
 
 
 def info_setting(text: str) -> tuple[str, str] | None:
