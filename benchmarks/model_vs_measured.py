@@ -41,11 +41,12 @@ from pathlib import Path
 
 from synth.baselines.nccl import nccl_setup
 from synth.baselines.nccl_model import PROTOCOLS, applies, predicted_us, with_nvls
+from synth.cli.measure import launch_given
 from synth.core.library import resolve_topology
 from synth.core.subset import parse_ranks, sub_topology
 from synth.measure import doctor
 from synth.measure.calibration import ARCH_DEFAULTS, DEFAULTS, Calibration
-from synth.measure.fit import Measured, allowed_for, fit, fitted_names, model_us
+from synth.measure.fit import Measured, allowed_for, fit, fitted_names, model_us, setup_of
 from synth.measure.logs import read_runs
 from synth.measure.runtime import Launch, available, describe
 
@@ -66,6 +67,7 @@ class Spec:
     settings: tuple[tuple[str, str], ...] = ()  # NCCL settings that override the log's (SOURCES.md says why)
     collective: str | None = None  # where the log does not name its test
     fitted: bool = True  # False: costed, but not used to fit the defaults (SOURCES.md doubts the run)
+    launch: str | None = None  # where the log does not say (synth doctor --launch)
 
 
 SPECS = (
@@ -110,6 +112,18 @@ SPECS = (
     # CDNA4 (ARCH_DEFAULTS["cdna4"])
     Spec("mi355x-8gpu-allreduce-oci-pollara-excerpt-1.txt", 0, "mi355x", "MI355X"),
     Spec("mi355x-2node-16gpu-allreduce-1.txt", 0, "mi355xx2", "MI355X", transport="roce"),
+    # NCCL 2.27-2.30: registration (-R), symmetric kernels, CUDA graphs (the logs' headers and prose)
+    Spec("h200-8gpu-allreduce-default-R0-1.txt", 0, "h200", "H200"),
+    Spec("h200-8gpu-allreduce-symmetric-R2-1.txt", 0, "h200", "H200"),
+    Spec("h200-8gpu-allreduce-symmetric-R2-graph-1.txt", 0, "h200", "H200"),
+    Spec("h200-8gpu-allreduce-default-symnowin0-1.txt", 0, "h200", "H200"),
+    Spec("h200-8gpu-nccl-allreduce-ring-nonvls-1.txt", 0, "h200", "H200"),
+    Spec("h200-8gpu-nccl-alltoall-fair-1.txt", 0, "h200", "H200"),
+    Spec("h200-2node-16gpu-allreduce-default-R0-1.txt", 0, "h200x2", "H200"),
+    Spec("b200-8gpu-allreduce-symmetric-R2-1.txt", 0, "b200", "B200"),
+    # launch not in the excerpt: its 32-35 us floor, flat from 1 to 32 KiB, is the -g 8 eager floor
+    # (31.8-40.4 us on the H200 runs), 2-3x what one process per GPU takes
+    Spec("h100-8gpu-allreduce-default-excerpt-1.txt", 0, "h100", "H100", collective="allreduce", launch="threads:8"),
 )
 NO_CALL_US = 5.0
 MODELS = ("default", "held out", "calibrated", "nccl model")
@@ -120,7 +134,10 @@ DEFAULTS_PRIOR = 0.05
 # channel terms trade against latency_scale and the launch floor (a free fit moves the LL
 # threshold off NCCL's 32 KiB, which makes the modelled time fall where the channel count steps).
 HELD = ("nvls_latency_us", "channel_gbps_ll", "channel_gbps_ll128", "channel_gbps_simple", "channel_bytes_ll",
-        "channel_bytes_ll128", "channel_bytes_simple", "max_channels")
+        "channel_bytes_ll128", "channel_bytes_simple", "max_channels",
+        # NCCL's own values (its symmetric latencies, its unscaled latencies under a graph), and what no
+        # run separates (a graph's kernel-node floor from a kernel's latency) or measures (copy engines)
+        "sym_ll_us", "sym_ldst_us", "latency_scale_graph", "launch_graph_us", "ce_sync_us")
 FITTED = tuple(name for name in DEFAULTS if name not in HELD)
 # What a GPU generation with its own defaults (ARCH_DEFAULTS) fits on its runs, on top of the base
 # fit: the links' and the switch's efficiency, NVLSTree's head cap, the RoCE stack's hop, the latency.
@@ -149,11 +166,12 @@ def load(spec: Spec, logs: Path) -> Measured:
     machine = describe(topology)
     if spec.nic_gbps is not None:
         machine = dataclasses.replace(machine, nic_gbps=spec.nic_gbps)
-    launch = Launch(run.launch, run.gpus_per_thread)
+    launch = launch_given(spec.launch) or Launch(run.launch, run.gpus_per_thread, run.graph > 0)
     rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
     collective = run.collective or spec.collective or "allreduce"
     allowed, chosen = allowed_for(run, collective, machine, dict(spec.settings), where=spec.file)
-    return Measured(f"{spec.file}#{spec.run}", collective, machine, launch, spec.transport, rows, allowed, chosen)
+    return Measured(f"{spec.file}#{spec.run}", collective, machine, launch, spec.transport, rows, allowed, chosen,
+                    setup_of(run))
 
 
 def healthy(run: Measured) -> tuple[Measured, list]:
@@ -224,7 +242,8 @@ def evaluate(logs: Path) -> dict:
             points.append(point)
             for key in ratios:
                 ratios[key].append(point[key])
-        per_run.append({"run": run.source, "topology": run.machine.name, "launch": run.launch.mode,
+        mode = "graph" if run.launch.graph else run.launch.mode
+        per_run.append({"run": run.source, "topology": run.machine.name, "launch": mode,
                         "points": len(run.rows), "siblings": len(siblings),
                         **{key: _summary(values) for key, values in ratios.items()}})
     regimes = {name: {key: _summary([p[key] for p in points if p["regime"] == name])

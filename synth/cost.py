@@ -162,7 +162,9 @@ class RuntimeTerms:
       fill_us x min(1, S / fill_bytes);
     - the call takes at least ``launch_us`` (calls queue behind the CPU), and a call with switch
       entries at least ``switch_floor_us`` (NVLS's latency: what a call through the switch
-      takes however little it moves, as NCCL's NVLS runs are measured).
+      takes however little it moves, as NCCL's NVLS runs are measured);
+    - bounds charge a call ``fastest_call_us``: no more than the fastest kernel any modelled
+      runtime has pays in the launch mode (``call_floor_us``).
 
     Links without a kind take the efficiency of ``UNKNOWN_KIND_ROW``.
     """
@@ -178,6 +180,15 @@ class RuntimeTerms:
     fill_bytes: float
     launch_us: float
     switch_floor_us: float = 0.0
+    call_floor_us: float | None = None
+
+    @property
+    def fastest_call_us(self) -> float:
+        """The least a call adds once under these terms, whatever runs it: the cheapest protocol's
+        scaled base latency, or ``call_floor_us`` where a kernel outside the protocols (NCCL's
+        symmetric LL kernels) or the launch mode (a CUDA graph's replay) charges less."""
+        least = self.latency_scale * min(PROTOCOLS[p].base_us for p in RUNTIME_PROTOCOLS)
+        return least if self.call_floor_us is None else min(least, self.call_floor_us)
 
     def channels(self, size_bytes: float, protocol: str) -> int:
         """Thread blocks per link for a call of ``size_bytes`` under ``protocol``."""

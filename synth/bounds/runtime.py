@@ -26,7 +26,7 @@ from typing import Any
 from synth.bounds.lower_bounds import Bounds, lower_bounds
 from synth.core.collective import Collective
 from synth.core.topology import Topology
-from synth.cost import PROTOCOLS, RUNTIME_PROTOCOLS, RuntimeTerms, switch_kind
+from synth.cost import RuntimeTerms, switch_kind
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,9 @@ class RuntimeBounds:
 
     @property
     def call_us(self) -> float:
-        """The smallest per-call latency any of the runtime's protocols pays."""
-        return self.terms.latency_scale * min(PROTOCOLS[p].base_us for p in RUNTIME_PROTOCOLS)
+        """The smallest per-call latency any modelled kernel pays in the terms' launch mode
+        (``RuntimeTerms.fastest_call_us``)."""
+        return self.terms.fastest_call_us
 
     def time_us(self, size_bytes: float) -> float:
         """No schedule run under the terms takes less time at this size."""

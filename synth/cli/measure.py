@@ -48,13 +48,18 @@ def _machine_options(p) -> None:
                         "its all_gather_perf command line)")
     p.add_argument("--nccl-algo", metavar="VALUE", help="NCCL_ALGO as the run had it, whatever the log says "
                                                         "(e.g. Ring, ^NVLS, allreduce:tree;allgather:ring)")
+    p.add_argument("--launch", metavar="MODE", help="how the calls were issued, where the log does not say: processes "
+                                                    "(one per GPU), threads:G (one thread driving G GPUs, -g G), "
+                                                    "graph (replayed from CUDA graphs, -G N)")
+    p.add_argument("--buffers", choices=("none", "local", "symmetric"),
+                   help="the buffers' registration, where the log does not say (nccl-tests -R 0 / 1 / 2)")
 
 
 def measured_runs(paths: list[str], args) -> list:
     """Every run in the logs as a Measured on the topology; InputError when one does not fit it."""
     from synth.core.library import resolve_topology
     from synth.core.subset import parse_ranks, sub_topology
-    from synth.measure.fit import Measured, allowed_for
+    from synth.measure.fit import Measured, allowed_for, setup_of
     from synth.measure.logs import read_runs
     from synth.measure.runtime import COLLECTIVES, Launch, describe
 
@@ -71,7 +76,7 @@ def measured_runs(paths: list[str], args) -> list:
             if run.ranks is not None and run.ranks != machine.ranks:
                 raise InputError(f"{where} has {run.ranks} ranks, topology {topology.name} has {machine.ranks} "
                                  "(--ranks names the GPUs of a partial run, e.g. --ranks 0-11)")
-            if run.machines is not None and run.machines != machine.machines:
+            if run.machines is not None and run.machines != machine.machines and not _one_domain(run, machine):
                 raise InputError(f"{where} ran on {run.machines} machine(s), topology {topology.name} has "
                                  f"{machine.machines}")
             rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
@@ -80,9 +85,44 @@ def measured_runs(paths: list[str], args) -> list:
                 raise InputError(f"{where} is {run.collective}, not {given} (--collective)")
             collective = run.collective or given or "allreduce"
             allowed, chosen = allowed_for(run, collective, machine, overrides(args), where)
-            out.append(Measured(f"{path}#{run.index}", collective, machine,
-                                Launch(run.launch, run.gpus_per_thread), args.transport, rows, allowed, chosen))
+            launch = launch_given(getattr(args, "launch", None)) or \
+                Launch(run.launch, run.gpus_per_thread, run.graph > 0)
+            setup = setup_of(run)
+            if getattr(args, "buffers", None):
+                setup = dataclasses.replace(setup, registration=args.buffers)
+            out.append(Measured(f"{path}#{run.index}", collective, machine, launch, args.transport, rows, allowed,
+                                chosen, setup))
     return out
+
+
+def _one_domain(run, machine) -> bool:
+    """Whether a run's hosts are trays of the topology's NVLink domains (MNNVL: an NVL72 rack is
+    one node to NCCL): each machine of the topology one NVLS domain of more GPUs than one host
+    holds (``HOST_GPUS``: NVL32 / NVL72 racks; DGX-2's 16 GPUs share one host and no NVLS), its
+    hosts a multiple of the topology's machines, and each host's GPUs a whole part of one machine."""
+    rack = machine.nvls_ranks == machine.per_machine > HOST_GPUS
+    if not machine.direct or not rack or run.machines % machine.machines:
+        return False
+    if machine.ranks % run.machines:
+        return False
+    return machine.per_machine % (machine.ranks // run.machines) == 0
+
+
+HOST_GPUS = 8  # the most GPUs one host holds (HGX boards; NVL72 trays hold 4)
+
+
+def launch_given(text: str | None):
+    """The Launch ``--launch`` names (None when not given); a malformed value is one InputError line."""
+    from synth.measure.runtime import Launch
+
+    if text is None:
+        return None
+    if text in ("processes", "graph"):
+        return Launch("processes", 1, text == "graph")
+    mode, _, count = text.partition(":")
+    if mode == "threads" and count.isdigit() and 0 < int(count) <= 4096:
+        return Launch("threads", int(count))
+    raise InputError(f"--launch {text!r}: expected processes, threads:G (G GPUs per thread) or graph")
 
 
 def overrides(args) -> dict:
@@ -126,42 +166,50 @@ def cmd_doctor(args) -> int:
     from synth.cost import format_size
     from synth.measure import doctor
     from synth.measure.calibration import load_calibration
+    from synth.measure.logs import read_runs
 
     cal = load_calibration(args.calibration)
     runs = measured_runs([args.log], args)
+    skipped = {f"{args.log}#{r.index}": r.skipped for r in read_runs(args.log)}
     topology = resolve_topology(args.topology)
     if args.ranks:
         topology = sub_topology(topology, parse_ranks(args.ranks, topology.ranks))
     docs = []
     for run in runs:
-        bound, ideal = doctor_bounds(topology, run.collective, cal)
+        bound, ideal = doctor_bounds(topology, run.collective, cal, run)
         table = doctor.rows(run, cal, bound, alternatives(topology, run.collective, args.schedules), ideal)
         found = doctor.regions(table, run.machine.machines)
-        docs.append({"run": run.source, "collective": run.collective, "launch": run.launch.mode,
+        docs.append({"run": run.source, "collective": run.collective, "launch": launch_name(run.launch),
+                     "buffers": run.setup.registration, "skipped": list(skipped.get(run.source, ())),
                      "rows": [_row_doc(r) for r in table], "regions": [_region_doc(r) for r in found],
                      "inversions": [_inversion_doc(i) for i in doctor.inversions(table)],
                      "summary": doctor.summary(table)})
         if not args.json:
-            _print_run(run, table, found, format_size)
+            _print_run(run, table, found, format_size, skipped.get(run.source, ()))
     if args.json:
         out = docs[0] if len(docs) == 1 else {"runs": docs}
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
     return 0
 
 
-def doctor_bounds(topology, collective: str, cal):
+def doctor_bounds(topology, collective: str, cal, run=None):
     """(bound, line_rate) callables, us by size: the bound doctor prints is the runtime bound under
     the calibration (``synth.bounds.runtime``: the topology at its effective rates, plus the
-    smallest per-call latency) without the launch floor, which a measured run may beat (the
+    smallest per-call latency any modelled kernel pays in the run's launch mode, a
+    ``synth.measure.fit.Measured``) without the launch floor, which a measured run may beat (the
     floor is the calibration's typical CPU cost, not a limit); the line-rate bound says whether a
     row below it beats the topology itself or only the calibration's rates. A 0-byte row has no
     bound (None): nccl-tests >= 2.17 times no call there."""
     from synth.bounds.lower_bounds import lower_bounds
     from synth.bounds.runtime import runtime_bounds
     from synth.core.collectives import make_collective
+    from synth.measure.runtime import symmetric_capable
 
     made = make_collective(collective, topology.ranks)
-    runtime, ideal = runtime_bounds(topology, made, cal.on(topology.arch).terms()), lower_bounds(topology, made)
+    graph = bool(run and run.launch.graph)
+    symmetric = bool(run and symmetric_capable(run.machine, collective, cal.on(topology.arch).nccl_version))
+    terms = cal.on(topology.arch).terms(graph=graph, symmetric=symmetric)
+    runtime, ideal = runtime_bounds(topology, made, terms), lower_bounds(topology, made)
     return (lambda size: runtime.bounds.time_us(size) + runtime.call_us if size > 0 else None), \
         (lambda size: ideal.time_us(size) if size > 0 else None)
 
@@ -194,11 +242,22 @@ def alternatives(topology, collective: str, folder: str | None) -> list:
     return out
 
 
-def _print_run(run, table, found, format_size) -> None:
+def launch_name(launch) -> str:
+    """``processes``, ``threads:G`` or ``graph``: how a run's calls were issued."""
+    if launch.graph:
+        return "graph"
+    return f"threads:{launch.gpus_per_thread}" if launch.mode == "threads" else "processes"
+
+
+def _print_run(run, table, found, format_size, skipped=()) -> None:
     from synth.measure import doctor
 
+    version = ".".join(map(str, run.setup.version)) if run.setup.version else "not printed"
     print(f"{run.source}: {run.collective} on {run.machine.name} ({run.machine.ranks} ranks, "
-          f"{run.machine.machines} machine(s), {run.launch.mode}, {run.transport})")
+          f"{run.machine.machines} machine(s), {launch_name(run.launch)}, {run.transport}; buffers "
+          f"{run.setup.registration}, NCCL {version})")
+    for note in skipped:
+        print(f"skipped {note}")
     print(f"{'size':>8} {'measured us':>12} {'expected us':>12} {'NCCL choice':>22} {'bound us':>10} "
           f"{'meas/exp':>9}  {'verdict':<15} fastest schedule in the model")
     for r in table:

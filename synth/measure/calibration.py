@@ -34,6 +34,7 @@ FORMAT = "synth.calibration"
 VERSION = 1
 TRANSPORTS = ("ib", "roce", "tcp")
 DEFAULT_NAME = "default"  # --calibration default: the DEFAULTS below
+DEFAULT_NCCL = "2.30.4"  # the newest NCCL the model follows (reference/nccl-symmetric.md)
 
 # Fitted to every shared run at once (benchmarks/model_vs_measured.py --fit-defaults), but for the
 # terms it holds (NVLS's latency, the channel caps and thresholds: NCCL's values).
@@ -41,6 +42,20 @@ DEFAULTS: Mapping[str, float] = {
     # CPU cost of one call: the measured time never goes below it (calls queue behind it)
     "launch_process_us": 12.0,        # one process per GPU
     "launch_thread_gpu_us": 5.022,    # per GPU when one thread drives several (nccl-tests -g N)
+    # a call replayed from a CUDA graph (nccl-tests -G N): the GPU's cost of one kernel node, no CPU
+    # (no run separates it from a kernel's own latency; the fastest graph row, B200's 3.1 us, bounds it)
+    "launch_graph_us": 2.0,
+    # NCCL's symmetric-memory kernels (2.27+, synth.measure.symmetric): each class's latency, NCCL's
+    # own Hopper constants (sym_kernels.cc: LL 4.5 us, the others 7.8 us) but the multicast class,
+    # whose barriers are one multimem.red each (H200 graph run: 5.7-6.3 us from 32 KiB to 256 KiB)
+    "sym_ll_us": 4.5,
+    "sym_ldst_us": 7.8,
+    "sym_mc_us": 6.0,
+    # share of NVLink's line rate SM loads and stores to peers reach (two-shot allreduce: 289 GB/s
+    # busbw of 450 on H200, the one run of it; NCCL's Simple copies reach efficiency_nvlink)
+    "efficiency_ldst": 0.642,
+    # copy-engine collectives (2.28+): one all-to-all flag round (two per call); no run measures it
+    "ce_sync_us": 5.0,
     # share of a link's line rate that bulk (Simple) transfers reach, per link kind
     "efficiency_nvlink": 0.7768,
     "efficiency_xgmi": 0.8634,
@@ -48,6 +63,9 @@ DEFAULTS: Mapping[str, float] = {
     "efficiency_net": 0.8288,
     # NCCL's base and per-hop latencies (reference/nccl-model.md) times this
     "latency_scale": 1.32,
+    # ... and for a call replayed from a CUDA graph: NCCL's own values (the eager scale carries the
+    # host's work per call, which a replay does not do; the H200 alltoall graph run: 5.7 us at 1 KiB)
+    "latency_scale_graph": 1.0,
     # added (unscaled) to NCCL's network hop latency per inter-machine hop, by transport
     "network_hop_us_ib": 6.829,
     "network_hop_us_roce": 101.0,
@@ -94,6 +112,12 @@ ARCH_DEFAULTS: Mapping[str, Mapping[str, float]] = {
         # NVLSTree's bus bandwidth per head (NCCL 2.29's perChMaxNVLSTreeBw for Blackwell, 2 nodes;
         # held at NCCL's value: the one two-rack run cannot separate it from the ring)
         "nvls_tree_channel_gbps": 43.8,
+        # symmetric kernels on B200 (NCCL's Blackwell constants, LL 11 us and multicast 19.5 us, are
+        # 3x what the B200 run measures: 3.2-3.8 us up to 32 KiB, 8.3-9.7 us for multicast to 512 KiB);
+        # load/store: no run, NCCL's Hopper gap between the classes added to the multicast latency
+        "sym_ll_us": 3.0,
+        "sym_mc_us": 8.0,
+        "sym_ldst_us": 9.8,
     },
     "cdna4": {  # MI355X (2 runs)
         "efficiency_xgmi": 0.8883,
@@ -115,6 +139,15 @@ class Calibration:
     excluded: tuple[Mapping[str, Any], ...] = ()
     transport: str = "ib"
     arch: str | None = None
+    nccl: str | None = None  # the NCCL version it models, "2.30.4" (None: DEFAULT_NCCL)
+
+    @property
+    def nccl_version(self) -> tuple[int, int, int]:
+        """The NCCL version this calibration models (what decides its symmetric kernels and
+        copy-engine collectives where a run does not print its own)."""
+        from synth.measure.symmetric import version_tuple
+
+        return version_tuple(self.nccl or DEFAULT_NCCL)
 
     def get(self, name: str) -> float:
         """The value of ``name``: this calibration's, else its architecture's default (``on``),
@@ -139,12 +172,17 @@ class Calibration:
         _check_parameters(merged, "calibration")
         return replace(self, parameters=merged)
 
-    def terms(self, label: str = "default") -> RuntimeTerms:
+    def terms(self, label: str = "default", graph: bool = False, symmetric: bool = False) -> RuntimeTerms:
         """The runtime terms every schedule pays under this calibration (``synth.cost``): the
-        launch floor of one process per GPU, network hops over this calibration's transport; an
-        NVLink switch's ports (cost kind ``nvls``) at ``efficiency_nvls``, a network switch's
-        (``sharp``) at ``efficiency_net``; a call with switch entries takes at least
-        ``nvls_latency_us``."""
+        launch floor of one process per GPU (``graph``: of a call replayed from a CUDA graph),
+        network hops over this calibration's transport; an NVLink switch's ports (cost kind
+        ``nvls``) at ``efficiency_nvls``, a network switch's (``sharp``) at ``efficiency_net``; a
+        call with switch entries takes at least ``nvls_latency_us``. The least a call adds (what
+        bounds charge, ``RuntimeTerms.fastest_call_us``): from a graph nothing beyond the links'
+        own latency (a replayed kernel has no CPU cost, and no floor is measured below every
+        graph row: B200's symmetric kernel takes 3.1 us, 2.3 us is reported on H200); eagerly on
+        a machine where NCCL runs its symmetric kernels (``symmetric``), ``sym_ll_us`` where
+        that is less than the protocols' own."""
         return RuntimeTerms(
             label=label, latency_scale=self.get("latency_scale"),
             efficiency={**{kind: self.get(f"efficiency_{kind}") for kind in LINK_KINDS},
@@ -153,13 +191,15 @@ class Calibration:
             channel_gbps={p: self.get(f"channel_gbps_{p}") for p in RUNTIME_PROTOCOLS},
             channel_bytes={p: self.get(f"channel_bytes_{p}") for p in RUNTIME_PROTOCOLS},
             max_channels=int(self.get("max_channels")), fill_us=self.get("fill_us"),
-            fill_bytes=self.get("fill_bytes"), launch_us=self.get("launch_process_us"),
-            switch_floor_us=self.get("nvls_latency_us"))
+            fill_bytes=self.get("fill_bytes"),
+            launch_us=self.get("launch_graph_us" if graph else "launch_process_us"),
+            switch_floor_us=self.get("nvls_latency_us"),
+            call_floor_us=0.0 if graph else (self.get("sym_ll_us") if symmetric else None))
 
     def to_doc(self) -> dict[str, Any]:
         """The ``synth.calibration`` v1 document."""
         doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "topology": self.topology,
-                               "transport": self.transport,
+                               "transport": self.transport, "nccl": self.nccl or DEFAULT_NCCL,
                                "parameters": {k: _rounded(v) for k, v in sorted(self.parameters.items())},
                                "sources": [dict(s) for s in self.sources], "fit": [dict(r) for r in self.fit]}
         if self.excluded:
@@ -185,13 +225,16 @@ class Calibration:
         transport = doc.get("transport", "ib")
         if transport not in TRANSPORTS:
             raise InputError(f"{where}: 'transport' is {transport!r}; known: {', '.join(TRANSPORTS)}")
+        nccl = doc.get("nccl")
+        if nccl is not None and not (isinstance(nccl, str) and _version_text(nccl)):
+            raise InputError(f"{where}: 'nccl' is {nccl!r}; expected an NCCL version such as \"2.30.4\"")
         lists = {}
         for key in ("sources", "fit", "excluded"):
             items = doc.get(key, [])
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                 raise InputError(f"{where}: {key!r} must be a list of objects")
             lists[key] = tuple(items)
-        return cls({k: float(v) for k, v in parameters.items()}, topology, **lists, transport=transport)
+        return cls({k: float(v) for k, v in parameters.items()}, topology, **lists, transport=transport, nccl=nccl)
 
 
 def load_calibration(path: str | Path | None) -> Calibration:
@@ -220,6 +263,12 @@ def _check_parameters(parameters: Mapping[str, Any], where: str) -> None:
             raise InputError(f"{where}: parameter {name!r} must be positive, got {value!r}")
         if name in FRACTIONS and value > 1:
             raise InputError(f"{where}: parameter {name!r} is a share of line rate, at most 1, got {value!r}")
+
+
+def _version_text(text: str) -> bool:
+    """X.Y or X.Y.Z with numbers."""
+    parts = text.split(".")
+    return 2 <= len(parts) <= 3 and all(p.isdigit() and len(p) <= 4 for p in parts)
 
 
 def _rounded(value: float) -> float:

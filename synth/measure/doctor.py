@@ -112,7 +112,7 @@ def rows(run: Measured, cal: Calibration, bound=None, schedules=(), ideal=None) 
     (us), ``ideal(size)`` the line-rate bound when ``bound`` is not it; ``schedules`` are (label,
     StepLoads) pairs costed under the calibration's terms with the run's launch floor."""
     cal = cal.on(run.machine.arch)
-    terms = replace(cal.terms(), launch_us=launch_us(run.launch, cal))
+    terms = replace(cal.terms(graph=run.launch.graph), launch_us=launch_us(run.launch, cal))
     out = []
     for size, took in run.rows:
         choice = expected(run, size, cal)

@@ -23,6 +23,7 @@ from synth.measure.calibration import Calibration
 from synth.measure.nccl_env import Allowed
 from synth.measure.nccl_env import allowed as allowed_by
 from synth.measure.runtime import SWITCH_ALGORITHMS, Choice, Launch, Machine, available, considered, nccl_time
+from synth.measure.symmetric import Setup, version_tuple
 
 PRIOR_WEIGHT = 0.3
 FAR = 2.0
@@ -37,7 +38,8 @@ class Measured:
     """One run to fit or predict: where it came from, the machine, how it was launched, the
     network transport, its (size bytes, out-of-place time us) rows, what it let NCCL run
     (``allowed``: its NCCL_ALGO / NCCL_PROTO / NVLS / CollNet settings) and what NCCL said it ran
-    (``chosen``: (size bytes, algorithm, protocol or None) from its per-call lines)."""
+    (``chosen``: (size bytes, algorithm, protocol or None) from its per-call lines), and how its
+    buffers were set up and which NCCL ran it (``setup``: what decides NCCL's symmetric kernels)."""
 
     source: str
     collective: str
@@ -47,6 +49,7 @@ class Measured:
     rows: tuple[tuple[float, float], ...]
     allowed: Allowed = Allowed()
     chosen: tuple[tuple[int, str, str | None], ...] = ()
+    setup: Setup = Setup()
 
     def allowed_at(self, size: float) -> Allowed:
         """What the model may pick at ``size``: the algorithm (and protocol) NCCL logged for that
@@ -86,7 +89,17 @@ def allowed_for(run, collective: str, machine: Machine, overrides: Mapping[str, 
 
 def expected(run: Measured, size: float, cal: Calibration) -> Choice:
     """The model's option for one row: NCCL's fastest among what the run allowed there."""
-    return nccl_time(run.machine, run.collective, size, cal, run.launch, run.transport, run.allowed_at(size))
+    return nccl_time(run.machine, run.collective, size, cal, run.launch, run.transport, run.allowed_at(size),
+                     run.setup)
+
+
+def setup_of(run) -> Setup:
+    """The Setup of a ``synth.measure.logs.Run``: its -R, NCCL_SYM_NOWIN_ENABLE, NCCL_CTA_POLICY and
+    the version it printed."""
+    settings = run.nccl_settings
+    nowin = (settings.get("NCCL_SYM_NOWIN_ENABLE") or "0").strip() not in ("0", "")
+    policy = (settings.get("NCCL_CTA_POLICY") or "").strip().upper() in ("ZERO", "2")
+    return Setup(run.buffers, nowin, version_tuple(run.version), policy)
 
 
 def model_us(run: Measured, size: float, cal: Calibration) -> float:
@@ -101,7 +114,9 @@ def fitted_names(runs: list[Measured]) -> tuple[str, ...]:
     names = list(ALWAYS)
     for run in runs:
         names.append(f"efficiency_{run.machine.intra_kind}")
-        names.append("launch_thread_gpu_us" if run.launch.mode == "threads" else "launch_process_us")
+        names.append(_launch_name(run.launch))
+        if run.setup.registration == "symmetric" or run.setup.nowin:
+            names.extend(("sym_ll_us", "sym_ldst_us", "sym_mc_us", "efficiency_ldst"))
         if run.machine.machines > 1:
             names.extend((*MULTI, f"network_hop_us_{run.transport}"))
         algorithms = _possible(run)
@@ -110,6 +125,12 @@ def fitted_names(runs: list[Measured]) -> tuple[str, ...]:
         if "nvls_tree" in algorithms:
             names.append("nvls_tree_channel_gbps")
     return tuple(dict.fromkeys(names))
+
+
+def _launch_name(launch: Launch) -> str:
+    if launch.graph:
+        return "launch_graph_us"
+    return "launch_thread_gpu_us" if launch.mode == "threads" else "launch_process_us"
 
 
 def _possible(run: Measured) -> set[str]:
@@ -136,6 +157,7 @@ def fit(runs: list[Measured], base: Calibration, topology: str | None = None,
     far = [rows[i] for i in sorted(left)]
     sources = tuple({"file": run.source, "rows": len(run.rows), "collective": run.collective,
                      "launch": run.launch.mode, "gpus_per_thread": run.launch.gpus_per_thread,
+                     "graph": run.launch.graph, "registration": run.setup.registration,
                      "ranks": run.machine.ranks, "machines": run.machine.machines,
                      "transport": run.transport} for run in runs)
     table = tuple(_fit_row(run, size, took, cal) for run, size, took in kept)

@@ -78,6 +78,7 @@ from synth.core.topology import Topology
 from synth.cost import PROTOCOLS, RUNTIME_PROTOCOLS
 from synth.measure.calibration import TRANSPORTS, Calibration
 from synth.measure.nccl_env import Allowed
+from synth.measure.symmetric import Setup, eligible, kernel_algbw, pick
 
 SHARE = {"ll": 0.5, "ll128": 120 / 128, "simple": 1.0}
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
@@ -115,6 +116,7 @@ class Machine:
     sharp: bool = False
     nvls_alpha: float = 0.0
     arch: str | None = None
+    direct: bool = False  # every two GPUs of a machine joined by NVLink (a link or an NVLink switch)
 
     @property
     def per_machine(self) -> int:
@@ -130,24 +132,35 @@ class Machine:
 @dataclass(frozen=True)
 class Launch:
     """How the calls are issued: ``processes`` (one per GPU) or ``threads`` (one thread driving
-    ``gpus_per_thread`` GPUs, nccl-tests ``-g N``)."""
+    ``gpus_per_thread`` GPUs, nccl-tests ``-g N``), eagerly or (``graph``) captured in a CUDA
+    graph and replayed (nccl-tests ``-G N``)."""
 
     mode: str
     gpus_per_thread: int = 1
+    graph: bool = False
 
 
 @dataclass(frozen=True)
 class Choice:
-    """One (algorithm, protocol, channels) option and its modelled time (us)."""
+    """One (algorithm, protocol, channels) option and its modelled time (us). NCCL's symmetric
+    kernels are algorithm ``symmetric`` with the kernel's name as protocol and its CTAs as
+    channels; copy-engine collectives are ``copy_engine`` (``measured`` False: no run has timed
+    them yet, so their terms are NCCL's structure with assumed values)."""
 
     algorithm: str
     protocol: str
     channels: int
     time_us: float
+    measured: bool = True
 
 
 def launch_us(launch: Launch, cal: Calibration) -> float:
-    """The CPU's cost of one call (the floor under every measured time)."""
+    """The cost of issuing one call, the floor under every measured time: eagerly, the CPU's
+    (one process per GPU, or per GPU a thread drives); replayed from a CUDA graph, the GPU's cost
+    of starting one kernel node (the CPU is out of the loop: one graph launch serves every call
+    captured in it)."""
+    if launch.graph:
+        return cal.get("launch_graph_us")
     if launch.mode == "threads":
         return cal.get("launch_thread_gpu_us") * max(1, launch.gpus_per_thread)
     return cal.get("launch_process_us")
@@ -187,16 +200,89 @@ def considered(machine: Machine, collective: str, allowed: Allowed | None = None
 
 
 def nccl_options(machine: Machine, collective: str, size: float, cal: Calibration, launch: Launch,
-                 transport: str = "ib", allowed: Allowed | None = None) -> list[Choice]:
+                 transport: str = "ib", allowed: Allowed | None = None, setup: Setup | None = None) -> list[Choice]:
     """Every option NCCL considers here (among those ``allowed``), each with its modelled time
-    (launch floor included)."""
+    (launch floor included). With ``setup`` (the buffers' registration and NCCL's version), what
+    NCCL decides before its tuner comes first: a copy-engine collective or a symmetric kernel is
+    the only option where NCCL takes it (``synth.measure.symmetric``)."""
     if collective not in COLLECTIVES:
         raise InputError(f"the runtime model covers {', '.join(COLLECTIVES)}, not {collective}")
     if transport not in TRANSPORTS:
         raise InputError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")
     allowed = allowed or Allowed()
     cal = cal.on(machine.arch)
+    classic = _classic_options(machine, collective, size, cal, launch, transport, allowed)
+    if setup is None:
+        return classic
+    first = _before_tuner(machine, collective, size, cal, launch, allowed, setup, classic)
+    return [first] if first is not None else classic
+
+
+def _before_tuner(machine: Machine, collective: str, size: float, cal: Calibration, launch: Launch,
+                  allowed: Allowed, setup: Setup, classic: list[Choice]) -> Choice | None:
+    """The copy-engine collective or symmetric kernel NCCL runs here, else None (the classic path)."""
+    version = setup.version or cal.nccl_version
     floor = launch_us(launch, cal)
+    if copy_engine(machine, collective, size, setup, version):
+        return Choice("copy_engine", "memcpy", 0, max(floor, _copy_engine_us(machine, size, cal)), measured=False)
+    gpus = launch.gpus_per_thread if launch.mode == "threads" else 1
+    kernels = eligible(machine, collective, setup, version, allowed.nvls is not False, gpus)
+    if setup.registration != "symmetric":  # NOWIN: LL kernels only where NCCL's classic pick is LL
+        kernels = kernels if min(classic, key=lambda c: c.time_us).protocol == "ll" else ()
+    chosen = pick(kernels, size, machine.ranks, machine.arch) if kernels else None
+    if chosen is None:
+        return None
+    took = symmetric_us(machine, collective, size, cal, chosen.kernel)
+    return Choice("symmetric", chosen.kernel.name.split("_", 1)[1], chosen.ctas, max(floor, took))
+
+
+def symmetric_capable(machine: Machine, collective: str, version: tuple[int, int, int]) -> bool:
+    """Whether NCCL may run a symmetric kernel for ``collective`` on ``machine`` with registered
+    buffers (what the runtime bound of an eager call there must allow for)."""
+    return bool(eligible(machine, collective, Setup("symmetric"), version, True))
+
+
+def symmetric_us(machine: Machine, collective: str, size: float, cal: Calibration, kernel) -> float:
+    """What a symmetric kernel takes on the machine (``synth.measure.symmetric``): its class's
+    latency plus the size at the busiest port's rate."""
+    nvlink = machine.gpu_gbps * cal.get("efficiency_nvlink")
+    ldst = machine.gpu_gbps * cal.get("efficiency_ldst")
+    switch = _switch_algbw(machine, "nvls", collective, cal) if machine.nvls_ranks else nvlink
+    algbw = kernel_algbw(kernel, machine.ranks, nvlink, ldst, switch)
+    return cal.get(f"sym_{kernel.kind}_us") + size / (algbw * 1e3)
+
+
+CE_THRESHOLD_ELEMENTS = 8 << 20  # NCCL_SYM_CE_THRESHOLD: Blackwell allgather switches to the copy engines above
+CE_VERSION, CE_IMPLICIT_VERSION = (2, 28, 0), (2, 29, 2)
+
+
+def copy_engine(machine: Machine, collective: str, size: float, setup: Setup, version) -> bool:
+    """Whether NCCL runs ``collective`` on the copy engines (reference/nccl-symmetric.md section 4):
+    allgather or alltoall, a symmetric window, one NVLink domain of directly joined GPUs, 2.28+,
+    and NCCL_CTA_POLICY=ZERO; or (2.29.2+, Blackwell) an allgather of more than 8 Mi float
+    elements per rank."""
+    if machine.vendor != "nccl" or setup.registration != "symmetric" or version < CE_VERSION:
+        return False
+    if collective not in ("allgather", "alltoall") or not machine.direct or machine.machines > 1:
+        return False
+    implicit = (collective == "allgather" and machine.arch == "blackwell" and version >= CE_IMPLICIT_VERSION
+                and size / machine.ranks / 4 > CE_THRESHOLD_ELEMENTS)
+    return setup.cta_policy_zero or implicit
+
+
+def _copy_engine_us(machine: Machine, size: float, cal: Calibration) -> float:
+    """Two all-to-all flag rounds around n-1 peer copies of one rank's share, at NVLink's bulk rate."""
+    n = machine.ranks
+    return 2 * cal.get("ce_sync_us") + size * (n - 1) / n / (machine.gpu_gbps * cal.get("efficiency_nvlink") * 1e3)
+
+
+def _classic_options(machine: Machine, collective: str, size: float, cal: Calibration, launch: Launch,
+                     transport: str, allowed: Allowed) -> list[Choice]:
+    """NCCL's ring / tree / switch algorithms x protocols allowed here, each with its time (replayed
+    from a CUDA graph, NCCL's latencies scaled by ``latency_scale_graph``: no host work per call)."""
+    floor = launch_us(launch, cal)
+    if launch.graph:
+        cal = cal.with_parameters(latency_scale=cal.get("latency_scale_graph"))
     options = []
     for algorithm in considered(machine, collective, allowed):
         protocols = ("simple",) if algorithm in SWITCH_ALGORITHMS else PROTOCOL_NAMES
@@ -210,9 +296,11 @@ def nccl_options(machine: Machine, collective: str, size: float, cal: Calibratio
 
 
 def nccl_time(machine: Machine, collective: str, size: float, cal: Calibration, launch: Launch,
-              transport: str = "ib", allowed: Allowed | None = None) -> Choice:
-    """The fastest option (what NCCL's tuner should pick; ties go to the first considered)."""
-    return min(nccl_options(machine, collective, size, cal, launch, transport, allowed), key=lambda c: c.time_us)
+              transport: str = "ib", allowed: Allowed | None = None, setup: Setup | None = None) -> Choice:
+    """The fastest option (what NCCL's tuner should pick; ties go to the first considered), or
+    what NCCL runs before its tuner (``nccl_options``)."""
+    return min(nccl_options(machine, collective, size, cal, launch, transport, allowed, setup),
+               key=lambda c: c.time_us)
 
 
 def _gpu_us(machine: Machine, algorithm: str, collective: str, protocol: str, size: float, cal: Calibration,
@@ -342,7 +430,17 @@ def _describe(topology: Topology) -> Machine:
     nvls = nvls_switch(topology, first)
     return Machine(topology.name, topology.ranks, len(machines), intra_kind, ring, tree, _port_gbps(one), nic,
                    vendor, nvls.bandwidth if nvls else 0.0, len(nvls.ranks) if nvls else 0, has_sharp(topology),
-                   nvls.alpha if nvls else 0.0, topology.arch)
+                   nvls.alpha if nvls else 0.0, topology.arch, nvlink_direct(one))
+
+
+def nvlink_direct(topology: Topology) -> bool:
+    """Whether every two ranks are joined by an NVLink link or share an NVLink switch (NCCL 2.29.2's
+    rule for its symmetric kernels: no GPU in between)."""
+    joined = {(l.src, l.dst) for l in topology.links if (l.kind or "nvlink") == "nvlink"}
+    spans = [set(s.ranks) for s in topology.switches if (s.kind or "nvlink") == "nvlink"]
+    whole = any(len(s) == topology.ranks for s in spans)
+    return whole or all((a, b) in joined or any(a in s and b in s for s in spans)
+                        for a in range(topology.ranks) for b in range(topology.ranks) if a != b)
 
 
 def nvls_switch(topology: Topology, machine: tuple[int, ...]):
