@@ -49,6 +49,7 @@ from synth.measure.calibration import ARCH_DEFAULTS, DEFAULTS, Calibration
 from synth.measure.fit import Measured, allowed_for, fit, fitted_names, model_us, setup_of
 from synth.measure.logs import read_runs
 from synth.measure.runtime import Launch, available, describe
+from synth.measure.symmetric import eligible, pick
 
 LOGS = Path(__file__).resolve().parents[2] / "shared" / "nccl-tests-logs"
 
@@ -195,8 +196,16 @@ def nccl_setup_of(spec: Spec, run: Measured):
 
 
 def nccl_own(setup, run: Measured, size: float) -> float:
-    """NCCL's own tuning model's pick at this size among what the run allowed (no launch cost)."""
+    """NCCL's own tuning model's pick at this size among what the run allowed (no launch cost);
+    where NCCL takes a symmetric kernel before its tuner (a registered window), its own estimate
+    of that kernel (``synth.measure.symmetric.pick``)."""
     allowed = run.allowed_at(size)
+    if run.setup.registration == "symmetric":
+        version = run.setup.version or Calibration().nccl_version
+        kernels = eligible(run.machine, run.collective, run.setup, version, allowed.nvls is not False)
+        chosen = pick(kernels, size, run.machine.ranks, run.machine.arch) if kernels else None
+        if chosen is not None:
+            return chosen.nccl_us
     algorithms = [a for a in ("ring", "tree", "nvls", "nvls_tree")
                   if a in available(run.machine, run.collective) and allowed.permits(a)]
     return min(predicted_us(setup, algo, proto, size) for algo in algorithms for proto in PROTOCOLS

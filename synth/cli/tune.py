@@ -29,6 +29,10 @@ def add_tune_parser(sub) -> None:
     p.add_argument("--format", choices=FORMATS, default="nccl-tuner",
                    help="nccl-tuner: the plugin's config file (default); nccl-env: NCCL_ALGO / NCCL_PROTO lines "
                         "(NCCL >= 2.24.3) and what they cannot express")
+    p.add_argument("--buffers", choices=("none", "local", "symmetric"),
+                   help="how the calls' buffers are registered: lines match only such calls (the tuner's regBuff), "
+                        "and with a symmetric window (NCCL >= 2.27) no line is written where NCCL runs its symmetric "
+                        "kernels before asking the tuner (default: lines for any buffers)")
     p.add_argument("-o", "--output", required=True, help="file to write ('-': stdout)")
     p.set_defaults(func=cmd_tune)
 
@@ -45,7 +49,7 @@ def cmd_tune(args) -> int:
     calibration = load_calibration(args.calibration)
     topology = topology_of(args.topology)
     label = args.calibration
-    tuned = tune(topology, collectives, communicators, calibration, label)
+    tuned = tune(topology, collectives, communicators, calibration, label, args.buffers)
     text = config_text(topology, tuned, label) if args.format == "nccl-tuner" else env_text(tuned)
     for table in tuned:
         progress(table.summary())

@@ -161,6 +161,17 @@ def eligible(machine, collective: str, setup: Setup, version: tuple[int, int, in
                  and (multicast or not k.multicast))
 
 
+def before_tuner(machine, collective: str, setup: Setup, version: tuple[int, int, int],
+                 nvls_allowed: bool = True) -> int:
+    """Bytes (NCCL's nBytes) below which NCCL takes every call of ``collective`` on ``machine`` with
+    a symmetric kernel, never asking its tuner: 64 GiB of bus bytes with a registered window where
+    the kernels apply (allreduce's bus bytes are its buffer, the others' their whole buffer), else
+    0. NOWIN's LL kernels are not counted: they follow the tuner's own protocol pick."""
+    if setup.registration != "symmetric" or not eligible(machine, collective, setup, version, nvls_allowed):
+        return 0
+    return int(ANY_LIMIT)
+
+
 def pick(kernels: tuple[Kernel, ...], size: float, n: int, arch: str | None) -> Pick | None:
     """NCCL's choice among ``kernels`` for a call of ``size`` bytes (nccl-tests' size) on ``n``
     ranks: its cost model and constants (module docstring); None when the size masks them all."""

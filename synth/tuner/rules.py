@@ -150,13 +150,17 @@ def _coverage(lines: list[TunerLine], comm: tuple[int, int], collective: str) ->
     """The sizes of ``collective`` on ``comm`` no line takes, and those only lines of
     combinations NCCL may not offer take."""
     nodes, ranks = comm
+    registered = _registered_only(lines, comm)
+    reg = (-1, 1) if registered else (-1, 0)
     matching = [line for line in lines if line.collective == collective and line.pipe_ops == -1
-                and line.reg_buff == -1 and line.nodes in (-1, nodes) and line.ranks in (-1, ranks)
+                and line.reg_buff in reg and line.nodes in (-1, nodes) and line.ranks in (-1, ranks)
                 and line.min_bytes <= line.max_bytes and (line.algorithm, line.protocol) in OFFERED[collective]]
     where = f"{plugin_name(collective)} on {communicator_text(comm)}"
     out = []
     anything = _union([(line.min_bytes, line.max_bytes) for line in matching])
     for low, high in _gaps(anything):
+        if registered and collective in SYMMETRIC and (low, high) == (0, SYMMETRIC_BELOW - 1):
+            continue  # a registered table leaves these sizes to NCCL's symmetric kernels (synth tune --buffers)
         out.append(Finding(None, f"{where}: sizes {low}..{high} match no line: NCCL keeps its own choice there, "
                                  "with 1 channel"))
     always = _union([(line.min_bytes, line.max_bytes) for line in matching if _always(line)])
@@ -167,6 +171,18 @@ def _coverage(lines: list[TunerLine], comm: tuple[int, int], collective: str) ->
                                  "(ll128, pat, nvls, collnet) on every machine: add a ring/simple line after "
                                  "them, or such calls fall through to 1 channel"))
     return out
+
+
+SYMMETRIC = ("allreduce", "allgather", "reduce_scatter")  # what NCCL's symmetric kernels take before its tuner
+SYMMETRIC_BELOW = 64 << 30
+
+
+def _registered_only(lines: list[TunerLine], comm: tuple[int, int]) -> bool:
+    """Whether every line for ``comm`` is for registered buffers (regBuff 1): the table is checked
+    for registered calls (NCCL 2.27+ with a symmetric window may leave sizes below 64 GiB of
+    allreduce, allgather and reduce-scatter to its symmetric kernels, and no line is needed there)."""
+    mine = [line for line in lines if line.nodes in (-1, comm[0]) and line.ranks in (-1, comm[1])]
+    return bool(mine) and all(line.reg_buff == 1 for line in mine)
 
 
 def communicator_text(comm: tuple[int, int]) -> str:
@@ -234,15 +250,16 @@ def read_config(path: str) -> str:
 
 
 def lookup(lines: list[TunerLine], collective: str, size: int, nodes: int, ranks: int,
-           offered: set[tuple[str, str]] | None = None) -> TunerLine | None:
-    """The line the plugin applies to an ungrouped call (numPipeOps 1, unregistered buffers) of
-    ``collective`` and ``size`` bytes on ``nodes`` x ``ranks``: the first whose collective, range
-    and communicator match and whose combination is in ``offered`` (default: every one NCCL may
-    offer for it); None: no line takes it (NCCL's own choice, 1 channel)."""
+           offered: set[tuple[str, str]] | None = None, registered: bool = False) -> TunerLine | None:
+    """The line the plugin applies to an ungrouped call (numPipeOps 1; buffers unregistered, or
+    ``registered``) of ``collective`` and ``size`` bytes on ``nodes`` x ``ranks``: the first whose
+    collective, range and communicator match and whose combination is in ``offered`` (default:
+    every one NCCL may offer for it); None: no line takes it (NCCL's own choice, 1 channel)."""
     offered = OFFERED[collective] if offered is None else offered
+    reg = (-1, 1) if registered else (-1, 0)
     for line in lines:
         if (line.collective == collective and line.min_bytes <= size <= line.max_bytes
                 and line.nodes in (-1, nodes) and line.ranks in (-1, ranks) and line.pipe_ops in (-1, 1)
-                and line.reg_buff in (-1, 0) and (line.algorithm, line.protocol) in offered):
+                and line.reg_buff in reg and (line.algorithm, line.protocol) in offered):
             return line
     return None

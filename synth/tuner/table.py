@@ -82,16 +82,24 @@ def _changes(a: int, b: int, pick_at) -> list[int]:
     return _changes(a, middle, pick_at) + _changes(middle, b, pick_at)
 
 
-def table_lines(options: NcclOptions, found: list[Range]) -> list[TunerLine]:
-    """The config lines of one collective: one per range, then the ring/simple safety net."""
+def table_lines(options: NcclOptions, found: list[Range], reg_buff: int = -1, start: int = 0) -> list[TunerLine]:
+    """The config lines of one collective: one per range, then the ring/simple safety net; each
+    for calls whose buffers are registered as ``reg_buff`` says (the tuner's ``regBuff``: 1
+    registered, 0 not, -1 either), and none below ``start`` (sizes NCCL never asks its tuner about)."""
     topology = options.topology
     nodes, ranks = max(1, topology.machine_count), topology.ranks
-    lines = [TunerLine(options.collective, r.low, r.high, r.pick.algorithm, r.pick.protocol,
-                       _channels(r.pick), nodes, ranks) for r in found]
-    net = max((_channels(r.pick) for r in found if r.pick.protocol == "simple"), default=None)
+    kept = [r for r in found if r.high >= start]
+    lines = [TunerLine(options.collective, max(r.low, start), r.high, r.pick.algorithm, r.pick.protocol,
+                       _channels(r.pick), nodes, ranks, reg_buff=reg_buff) for r in kept]
+    from synth.tuner.rules import ALWAYS, OFFERED
+
+    if start and all((line.algorithm, line.protocol) in ALWAYS & OFFERED[options.collective] for line in lines):
+        return lines  # the ranges already take every size from start with what NCCL always offers
+    net = max((_channels(r.pick) for r in kept if r.pick.protocol == "simple"), default=None)
     if net is None:
         net = _channels(options.fastest(TOP)) if options.terms is None else options.terms.max_channels
-    lines.append(TunerLine(options.collective, 0, MAX_BYTES, "ring", "simple", min(net, MAX_CHANNELS), nodes, ranks))
+    lines.append(TunerLine(options.collective, start, MAX_BYTES, "ring", "simple", min(net, MAX_CHANNELS), nodes,
+                           ranks, reg_buff=reg_buff))
     return lines
 
 

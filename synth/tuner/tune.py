@@ -47,6 +47,7 @@ class Tuned:
     gain: Gain | None
     options: NcclOptions = field(compare=False, repr=False)
     calibration_label: str = "default"
+    symmetric_below: int = 0  # NCCL takes its symmetric kernels below this many bytes, tuner unasked
 
     @property
     def communicator(self) -> str:
@@ -69,6 +70,9 @@ class Tuned:
             end = "" if run[-1].high >= MAX_BYTES else f" to {_size(run[-1].high + 1)}"
             parts.append(f"{run[0].pick.algorithm}/{run[0].pick.protocol} x{channels} channels{end}")
         text = f"{self.collective} on {self.communicator}: {len(self.lines)} lines ({', '.join(parts)})"
+        if self.symmetric_below:
+            text += (f"; below {_size(self.symmetric_below)} NCCL runs its symmetric kernels on these registered "
+                     "buffers before asking the tuner: no line there")
         if self.gain is not None:
             text += (f"; NCCL's own pick (its tuning formula) is up to {self.gain.most:.2f}x slower (at "
                      f"{_size(self.gain.at)}), {self.gain.mean:.2f}x on average over 1K..4G, both costed in synth's "
@@ -78,18 +82,39 @@ class Tuned:
         return text
 
 
+REG_BUFF = {None: -1, "none": 0, "local": 1, "symmetric": 1}  # the tuner's regBuff per --buffers
+
+
 def tune(topology: Topology, collectives: list[str], communicators: list[tuple[int, int] | None],
-         calibration, calibration_label: str = "default") -> list[Tuned]:
-    """The table of every collective on every communicator (None: the whole topology)."""
+         calibration, calibration_label: str = "default", buffers: str | None = None) -> list[Tuned]:
+    """The table of every collective on every communicator (None: the whole topology). With
+    ``buffers`` (none / local / symmetric: how the calls' buffers are registered) each line is
+    for calls so registered (the tuner's ``regBuff``), and where NCCL (the calibration's version)
+    takes its symmetric kernels before asking the tuner (``synth.measure.symmetric.before_tuner``)
+    no line is written: the tuner could not act on it."""
     out = []
     for shape in communicators:
         part = topology if shape is None else communicator_topology(topology, *shape)
         for collective in collectives:
             options = NcclOptions(part, collective, calibration)
             found = ranges(options)
-            out.append(Tuned(part, collective, tuple(found), tuple(table_lines(options, found)), gain(options),
-                             options, calibration_label))
+            start = _symmetric_below(part, collective, calibration, buffers)
+            lines = table_lines(options, found, REG_BUFF[buffers], start)
+            out.append(Tuned(part, collective, tuple(found), tuple(lines), gain(options), options,
+                             calibration_label, start))
     return out
+
+
+def _symmetric_below(topology: Topology, collective: str, calibration, buffers: str | None) -> int:
+    """Bytes below which NCCL takes its symmetric kernels on these buffers (0: none)."""
+    if buffers != "symmetric" or collective not in ("allreduce", "allgather", "reduce_scatter"):
+        return 0
+    from synth.measure.calibration import Calibration
+    from synth.measure.runtime import describe
+    from synth.measure.symmetric import Setup, before_tuner
+
+    version = (calibration or Calibration()).nccl_version
+    return before_tuner(describe(topology), collective, Setup("symmetric"), version)
 
 
 def gain(options: NcclOptions, sizes: list[int] = GRID) -> Gain | None:
@@ -116,6 +141,11 @@ def config_text(topology: Topology, tuned: list[Tuned], calibration_label: str) 
                 "sizes are NCCL's nBytes (allgather, reducescatter: the whole buffer); a call on a communicator "
                 "not listed here matches no line and gets 1 channel",
                 "communicators: " + ", ".join(sorted({t.communicator for t in tuned}))]
+    taken = [t for t in tuned if t.symmetric_below]
+    if taken:
+        comments.append("registered buffers (a symmetric window): below 64 GiB NCCL runs its symmetric kernels for "
+                        + ", ".join(sorted({f"{t.collective} on {t.communicator}" for t in taken}))
+                        + " before asking the tuner, so no line is written there")
     lines = [line for t in tuned for line in t.lines]
     return render(lines, comments)
 

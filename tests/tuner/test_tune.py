@@ -84,3 +84,48 @@ def test_nvls_lines_start_where_a_call_through_the_switch_outruns_its_floor():
     first = min(line.min_bytes for line in lines if line.algorithm == "nvls")
     assert first >= 1 << 20
     assert lookup(lines, "allreduce", 1 << 30, 1, 8).algorithm == "nvls"
+
+
+# --- registered buffers: regBuff, and no line where NCCL's symmetric kernels go first ---------------------
+
+def test_symmetric_window_leaves_the_tuner_no_line_it_cannot_act_on():
+    """With a symmetric window on one NVLink domain NCCL 2.27+ takes allreduce, allgather and
+    reduce-scatter to its symmetric kernels below 64 GiB, before asking the tuner: no line there;
+    broadcast and reduce, and every collective across machines, keep theirs, for registered calls."""
+    cal = load_calibration("default")
+    for name, taken in (("h100", {"allreduce", "allgather", "reduce_scatter"}), ("h100x2", {"allgather",
+                                                                                             "reduce_scatter"})):
+        topology = resolve_topology(name)
+        tuned = tune(topology, list(TUNED), [None], cal, buffers="symmetric")
+        text = config_text(topology, tuned, "default")
+        assert check_text(text).ok
+        lines, _ = read_lines(text)
+        assert lines and all(line.reg_buff == 1 for line in lines)
+        for t in tuned:
+            first = min(line.min_bytes for line in t.lines)
+            if t.collective in taken and topology.machine_count <= 1:
+                assert first == 64 << 30 and t.symmetric_below == 64 << 30, (name, t.collective)
+                nodes = max(1, topology.machine_count)
+                assert lookup(lines, t.collective, 1 << 20, nodes, topology.ranks, registered=True) is None
+                assert lookup(lines, t.collective, 1 << 37, nodes, topology.ranks, registered=True) is not None
+                assert lookup(lines, t.collective, 1 << 37, nodes, topology.ranks) is None  # regBuff 1 only
+            else:
+                assert first == 0 and t.symmetric_below == 0, (name, t.collective)
+        if topology.machine_count <= 1:
+            assert "symmetric kernels" in text.splitlines()[4]
+
+
+def test_buffers_set_the_lines_regbuff_and_by_default_any():
+    cal = load_calibration("default")
+    topology = resolve_topology("dgx1")
+    for buffers, reg in ((None, -1), ("none", 0), ("local", 1)):
+        [t] = tune(topology, ["allreduce"], [None], cal, buffers=buffers)
+        assert {line.reg_buff for line in t.lines} == {reg} and min(line.min_bytes for line in t.lines) == 0
+
+
+def test_a_calibration_of_an_nccl_before_symmetric_kernels_keeps_every_line():
+    from synth.measure.calibration import Calibration
+
+    old = Calibration.from_doc({"format": "synth.calibration", "version": 1, "nccl": "2.26.2"}, "x")
+    [t] = tune(resolve_topology("h100"), ["allreduce"], [None], old, buffers="symmetric")
+    assert t.symmetric_below == 0 and min(line.min_bytes for line in t.lines) == 0
