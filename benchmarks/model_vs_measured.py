@@ -195,7 +195,7 @@ def nccl_setup_of(spec: Spec, run: Measured):
     return setup
 
 
-def nccl_own(setup, run: Measured, size: float) -> float:
+def nccl_own(setup, run: Measured, size: float) -> float | None:
     """NCCL's own tuning model's pick at this size among what the run allowed (no launch cost);
     where NCCL takes a symmetric kernel before its tuner (a registered window), its own estimate
     of that kernel (``synth.measure.symmetric.pick``)."""
@@ -208,8 +208,9 @@ def nccl_own(setup, run: Measured, size: float) -> float:
             return chosen.nccl_us
     algorithms = [a for a in ("ring", "tree", "nvls", "nvls_tree")
                   if a in available(run.machine, run.collective) and allowed.permits(a)]
-    return min(predicted_us(setup, algo, proto, size) for algo in algorithms for proto in PROTOCOLS
-               if applies(setup, algo, proto) and allowed.permits_protocol(proto))
+    times = [predicted_us(setup, algo, proto, size) for algo in algorithms for proto in PROTOCOLS
+             if applies(setup, algo, proto) and allowed.permits_protocol(proto)]
+    return min(times) if times else None  # alltoall: NCCL's tuning model has no formula for it
 
 
 def own_arch(run: Measured) -> str | None:
@@ -247,18 +248,24 @@ def evaluate(logs: Path) -> dict:
                      "default": model_us(run, size, Calibration()) / took,
                      "held out": model_us(run, size, held_out) / took,
                      "calibrated": model_us(run, size, cal) / took,
-                     "nccl model": nccl_own(setup, run, size) / took, "calibrated_from_siblings": bool(siblings)}
+                     "nccl model": _over(nccl_own(setup, run, size), took),
+                     "calibrated_from_siblings": bool(siblings)}
             points.append(point)
             for key in ratios:
-                ratios[key].append(point[key])
+                if point[key] is not None:
+                    ratios[key].append(point[key])
         mode = "graph" if run.launch.graph else run.launch.mode
         per_run.append({"run": run.source, "topology": run.machine.name, "launch": mode,
                         "points": len(run.rows), "siblings": len(siblings),
                         **{key: _summary(values) for key, values in ratios.items()}})
-    regimes = {name: {key: _summary([p[key] for p in points if p["regime"] == name])
+    regimes = {name: {key: _summary([p[key] for p in points if p["regime"] == name and p[key] is not None])
                       for key in MODELS} for name in REGIMES}
-    overall = {key: _summary([p[key] for p in points]) for key in MODELS}
+    overall = {key: _summary([p[key] for p in points if p[key] is not None]) for key in MODELS}
     return {"runs": per_run, "regimes": regimes, "all": overall, "flagged": flagged, "points": points}
+
+
+def _over(model: float | None, took: float) -> float | None:
+    return None if model is None else model / took
 
 
 def _summary(ratios: list[float]) -> dict:
