@@ -28,7 +28,9 @@
   is NOT a bound for every allreduce: a rank that reduces for others (a hub, in-network
   reduction) lets a pipelined reduce-then-broadcast beat it (on a 4-rank star, 5 chunk-times
   against the composition's 6). ``Bounds.proven`` then holds the proven bound: the direct
-  relaxation (every contribution to every rank, one shared link use per chunk) and cuts.
+  relaxation (every contribution to every rank, one shared link use per chunk), cuts, and
+  across machines the machines' exchange (``synth.bounds.machine_exchange``: without a fabric
+  that sums, every chunk crosses between M machines 2(M-1) times).
   Use ``proven`` to prune searches; report the conventional figure beside nccl-tests.
 - Mixture-of-experts dispatch and combine (one chunk a token, 10^5 chunks and more): the rank
   and machine cuts over arrays (``synth.bounds.moe_cuts``); no flow LP.
@@ -57,6 +59,7 @@ import numpy as np
 
 from synth.bounds.cuts import REL, Limit, cut_limit, network_of, proportional
 from synth.bounds.flow import Demand, flow_lp, flow_variables
+from synth.bounds.machine_exchange import machine_exchange_limit
 from synth.bounds.moe_cuts import MOE_NAMES, moe_bounds
 from synth.bounds.steps import latency_floor, steps_bound
 from synth.bounds.switches import exchange_limit, port_view, reducing
@@ -168,7 +171,8 @@ def _lower_bounds(topology: Topology, collective: Collective, max_flow_vars: int
     steps = steps_bound(topology, collective)
     if not _is_allreduce(collective):
         return _bounds(topology, collective, steps, _limit(topology, collective, max_flow_vars, symmetry), None)
-    direct = _direct_limit(topology, collective, max_flow_vars, symmetry)
+    direct = _with_exchanges(_direct_limit(topology, collective, max_flow_vars, symmetry),
+                             (machine_exchange_limit(topology, collective),))
     composed = _best(_composition(topology, collective, max_flow_vars, symmetry), direct)
     return _bounds(topology, collective, steps, composed, _bounds(topology, collective, steps, direct, None))
 
@@ -182,16 +186,14 @@ def _switch_bounds(topology: Topology, collective: Collective) -> Bounds:
         limit = _limit(view, collective, 0)
         return replace(_bounds(view, collective, steps, replace(limit, links=0.0, method=note), None),
                        topology=topology.name)
-    direct = replace(_direct_limit(view, collective, 0), links=0.0, method=note)
-    exchange = exchange_limit(topology, collective, view)
-    if exchange is not None:
-        direct = replace(_best(exchange, direct), method=f"{note}; {exchange.method}")
+    cuts = replace(_direct_limit(view, collective, 0), links=0.0, method=note)
+    direct = replace(_with_exchanges(cuts, (exchange_limit(topology, collective, view),
+                                            machine_exchange_limit(topology, collective, view))), links=0.0)
     proven = replace(_bounds(view, collective, steps, direct, None), topology=topology.name)
     if reducing(topology):
         names = [s.name for s in topology.switches if s.reduce or s.reduce_multicast]
         switches = ", ".join(names) if len(names) <= 3 else f"{names[0]} .. {names[-1]} ({len(names)} switches)"
-        claim = "" if exchange is not None and direct.binding == exchange.binding else \
-            "; every rank sends and receives the buffer"
+        claim = "; every rank sends and receives the buffer" if direct.binding == cuts.binding else ""
         return replace(proven, binding=f"{proven.binding}{claim} (in-switch reduction: {switches})")
     composed = _best(_composition(view, collective, 0), direct)
     return replace(_bounds(view, collective, steps, replace(composed, links=0.0, method=note), proven),
@@ -312,6 +314,16 @@ def _demands(pre: frozenset[int], post: frozenset[int], combining: bool) -> list
     if combining:
         return [Demand(frozenset({h}), d) for h in sorted(pre) for d in sorted(post) if h != d]
     return [Demand(pre, d) for d in sorted(post - pre)]
+
+
+def _with_exchanges(direct: Limit, exchanges) -> Limit:
+    """``direct`` (the proven allreduce limit: cuts, and the flow LP where it runs) raised by the
+    exchange bounds that apply (None: does not): the switches' (``exchange_limit``) and the
+    machines' (``machine_exchange_limit``); the method names each one used."""
+    for exchange in exchanges:
+        if exchange is not None:
+            direct = replace(_best(exchange, direct), method=f"{direct.method}; {exchange.method}")
+    return direct
 
 
 def _best(primary: Limit, cuts: Limit) -> Limit:

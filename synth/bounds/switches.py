@@ -20,7 +20,10 @@ bound), and:
   reduce-scatter + allgather convention, which in-switch reduction beats;
 - where no switch reduces and multicasts in one pass, the exchange bound (``exchange_limit``)
   tightens it: a switch's sum replaces its destination's copy, so every element costs the ranks
-  together ``in + (n-2) out >= n^2 - 2`` chunk transfers (the proof is in docs/bounds.md).
+  together ``in + (n-2) out >= n^2 - 2`` chunk transfers (the proof is in docs/bounds.md);
+- across machines, unless a switch on the fabric sums, the machines' exchange
+  (``synth.bounds.machine_exchange``) tightens it too: NVLS inside a machine does not shorten
+  what crosses between machines.
 
 ``nvls_busbw_gbps`` is the figure for NVLS as built (each port moves (n+1)/n of the buffer each
 way: busbw 2(n-1)/(n+1) x port rate, section 4.2 item 4); it bounds NCCL's NVLS, not every schedule.

@@ -88,7 +88,9 @@ def cmd_bounds(args) -> int:
     if doc.get("binding"):
         print(f"  binding: {doc['binding']}")
     proven = doc.get("proven")
-    if proven:
+    if proven and _same_limit(proven, doc):
+        print("  (the composition figure is also proven: no allreduce beats it, even one that reduces in flight)")
+    elif proven:
         print(f"  (the composition figure is what reports compare with; a schedule that reduces in"
               f" flight can beat it: the proven limit is {_proven_limit(proven)})")
     if topo.switches:
@@ -118,6 +120,13 @@ def _rounds(value) -> str:
     """A rounds-per-chunk bound, or why there is none: rounds exist only where every link and
     group capacity is a whole multiple of the slowest link's bandwidth."""
     return str(value) if value is not None else "n/a (capacities are not whole numbers: no rounds)"
+
+
+def _same_limit(proven: dict, doc: dict) -> bool:
+    """Whether the proven allreduce limit reaches the composition's (algbw and rounds)."""
+    close = proven.get("algbw_gbps") is not None and doc.get("algbw_gbps") is not None and \
+        proven["algbw_gbps"] <= doc["algbw_gbps"] * (1 + 1e-9)
+    return close and proven.get("rounds_per_chunk") == doc.get("rounds_per_chunk")
 
 
 def _proven_limit(proven: dict) -> str:
