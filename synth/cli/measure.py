@@ -176,8 +176,8 @@ def cmd_doctor(args) -> int:
         topology = sub_topology(topology, parse_ranks(args.ranks, topology.ranks))
     docs = []
     for run in runs:
-        bound, ideal = doctor_bounds(topology, run.collective, cal, run)
-        table = doctor.rows(run, cal, bound, alternatives(topology, run.collective, args.schedules), ideal)
+        bound, ideal, rated = doctor_bounds(topology, run.collective, cal, run)
+        table = doctor.rows(run, cal, bound, alternatives(topology, run.collective, args.schedules), ideal, rated)
         found = doctor.regions(table, run.machine.machines)
         docs.append({"run": run.source, "collective": run.collective, "launch": launch_name(run.launch),
                      "buffers": run.setup.registration, "skipped": list(skipped.get(run.source, ())),
@@ -193,13 +193,14 @@ def cmd_doctor(args) -> int:
 
 
 def doctor_bounds(topology, collective: str, cal, run=None):
-    """(bound, line_rate) callables, us by size: the bound doctor prints is the runtime bound under
-    the calibration (``synth.bounds.runtime``: the topology at its effective rates, plus the
-    smallest per-call latency any modelled kernel pays in the run's launch mode, a
-    ``synth.measure.fit.Measured``) without the launch floor, which a measured run may beat (the
-    floor is the calibration's typical CPU cost, not a limit); the line-rate bound says whether a
-    row below it beats the topology itself or only the calibration's rates. A 0-byte row has no
-    bound (None): nccl-tests >= 2.17 times no call there."""
+    """(bound, line_rate, rated) callables, us by size. The bound doctor prints holds for any run
+    in the run's launch mode (a ``synth.measure.fit.Measured``): the runtime bound
+    (``synth.bounds.runtime``) with every link at its line rate, the launch mode's latencies and
+    the least per-call latency any modelled kernel pays there, without the launch floor (the
+    calibration's typical CPU cost, which a run may beat). ``line_rate`` is the contract model's
+    bound (is a row below the topology itself?); ``rated`` the runtime bound at the calibration's
+    efficiencies (a row below it beats the calibration's rates: recalibrate). A 0-byte row has
+    no bound (None): nccl-tests >= 2.17 times no call there."""
     from synth.bounds.lower_bounds import lower_bounds
     from synth.bounds.runtime import runtime_bounds
     from synth.core.collectives import make_collective
@@ -209,9 +210,12 @@ def doctor_bounds(topology, collective: str, cal, run=None):
     graph = bool(run and run.launch.graph)
     symmetric = bool(run and symmetric_capable(run.machine, collective, cal.on(topology.arch).nccl_version))
     terms = cal.on(topology.arch).terms(graph=graph, symmetric=symmetric)
-    runtime, ideal = runtime_bounds(topology, made, terms), lower_bounds(topology, made)
+    line_rates = dataclasses.replace(terms, efficiency=dict.fromkeys(terms.efficiency, 1.0))
+    runtime, ideal = runtime_bounds(topology, made, line_rates), lower_bounds(topology, made)
+    rated = runtime_bounds(topology, made, terms)
     return (lambda size: runtime.bounds.time_us(size) + runtime.call_us if size > 0 else None), \
-        (lambda size: ideal.time_us(size) if size > 0 else None)
+        (lambda size: ideal.time_us(size) if size > 0 else None), \
+        (lambda size: rated.bounds.time_us(size) + rated.call_us if size > 0 else None)
 
 
 def alternatives(topology, collective: str, folder: str | None) -> list:

@@ -174,7 +174,8 @@ class Calibration:
 
     def terms(self, label: str = "default", graph: bool = False, symmetric: bool = False) -> RuntimeTerms:
         """The runtime terms every schedule pays under this calibration (``synth.cost``): the
-        launch floor of one process per GPU (``graph``: of a call replayed from a CUDA graph),
+        launch floor of one process per GPU (``graph``: of a call replayed from a CUDA graph, whose
+        latencies scale by ``latency_scale_graph``),
         network hops over this calibration's transport; an NVLink switch's ports (cost kind
         ``nvls``) at ``efficiency_nvls``, a network switch's (``sharp``) at ``efficiency_net``; a
         call with switch entries takes at least ``nvls_latency_us``. The least a call adds (what
@@ -184,7 +185,7 @@ class Calibration:
         a machine where NCCL runs its symmetric kernels (``symmetric``), ``sym_ll_us`` where
         that is less than the protocols' own."""
         return RuntimeTerms(
-            label=label, latency_scale=self.get("latency_scale"),
+            label=label, latency_scale=self.get("latency_scale_graph" if graph else "latency_scale"),
             efficiency={**{kind: self.get(f"efficiency_{kind}") for kind in LINK_KINDS},
                         "nvls": self.get("efficiency_nvls")},
             net_hop_us=self.get(f"network_hop_us_{self.transport}"),

@@ -3,13 +3,15 @@
 Each row is classed by measured over expected: ``as expected`` within ``SLOW`` either way,
 ``slower`` beyond it, ``far slower`` beyond ``FAR`` (an unhealthy machine or setup: such rows
 are left out of calibrations and accuracy figures), ``faster`` below 1/SLOW (the model is
-pessimistic there). A row measured below the lower bound printed beside it is ``below the
-bound`` whatever its ratio: no schedule on the topology as described can be that fast, so the
-machine does something the topology does not say (NVLS, SHARP: a switch that computes), or,
-where only the bound under the calibration's rates is beaten and not the line-rate one, its
-links run faster than the calibration says. Consecutive rows of one class form a region; each
-region gets one line with the most likely cause for where it lies (latency-bound, mid or
-bandwidth-bound sizes), and ``summary`` one line for the whole run.
+pessimistic there). A row measured below the lower bound printed beside it (the topology at line
+rate, with the least per-call latency any modelled kernel pays in the run's launch mode) is
+``below the bound`` whatever its ratio: no schedule run that way on the topology as described can
+be that fast, so the machine does something the topology does not say (NVLS, SHARP: a switch that
+computes), or, where the contract model's bound still holds, a call costs less than any kernel
+the model knows. A row only below the bound at the calibration's rates is not below the bound:
+its links beat the calibration, which ``summary`` names (recalibrate). Consecutive rows of one
+class form a region; each region gets one line with the most likely cause for where it lies
+(latency-bound, mid or bandwidth-bound sizes), and ``summary`` one line for the whole run.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ BANDWIDTH_BOUND = 64 * 1024 * 1024
 BELOW = "below the bound"
 UNDESCRIBED = ("the machine does something this topology does not describe (NVLS? SHARP? a switch that "
                "computes: add it to the topology's switches)")
-UNDER_RATED = ("the links run faster than the calibration's efficiency says (recalibrate with this run: synth "
-               "calibrate), or " + UNDESCRIBED)
+UNDER_RATED = "the links run faster than the calibration's efficiency says (recalibrate with this run: synth calibrate)"
+CHEAPER_CALL = ("a call costs less than any kernel the model knows in this launch mode (a runtime, kernel or "
+                "launch the model lacks: name the launch with --launch, the buffers with --buffers)")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Row:
     bound_us: float | None
     alternative: Alternative | None = None
     ideal_us: float | None = None
+    rated_us: float | None = None  # the bound at the calibration's rates
 
     @property
     def ratio(self) -> float:
@@ -67,6 +71,11 @@ class Row:
     def below_bound(self) -> bool:
         """Measured faster than the printed bound allows."""
         return self.bound_us is not None and self.measured_us < self.bound_us
+
+    @property
+    def beats_rates(self) -> bool:
+        """Faster than the calibration's link rates allow, though not below the bound."""
+        return not self.below_bound and self.rated_us is not None and self.measured_us < self.rated_us
 
     @property
     def below_line_rate(self) -> bool:
@@ -107,17 +116,19 @@ class Region:
         return f"{span}: {self.verdict} than expected ({self.ratio:.2f}x); {self.cause}"
 
 
-def rows(run: Measured, cal: Calibration, bound=None, schedules=(), ideal=None) -> list[Row]:
+def rows(run: Measured, cal: Calibration, bound=None, schedules=(), ideal=None, rated=None) -> list[Row]:
     """Every measured size with its expectation; ``bound(size)`` gives the lower bound printed
-    (us), ``ideal(size)`` the line-rate bound when ``bound`` is not it; ``schedules`` are (label,
-    StepLoads) pairs costed under the calibration's terms with the run's launch floor."""
+    (us), ``ideal(size)`` the contract model's bound, ``rated(size)`` the bound at the
+    calibration's rates; ``schedules`` are (label, StepLoads) pairs costed under the calibration's
+    terms with the run's launch floor."""
     cal = cal.on(run.machine.arch)
     terms = replace(cal.terms(graph=run.launch.graph), launch_us=launch_us(run.launch, cal))
     out = []
     for size, took in run.rows:
         choice = expected(run, size, cal)
         out.append(Row(int(size), took, choice.time_us, choice, bound(size) if bound else None,
-                       fastest(schedules, size, terms), ideal(size) if ideal else None))
+                       fastest(schedules, size, terms), ideal(size) if ideal else None,
+                       rated(size) if rated else None))
     return out
 
 
@@ -144,7 +155,7 @@ def regions(table: list[Row], machines: int = 1) -> list[Region]:
         ratio = math.exp(sum(math.log(r.ratio) for r in group) / len(group))
         verdict = group[0].verdict
         if verdict == BELOW:
-            cause = UNDESCRIBED if any(r.below_line_rate for r in group) else UNDER_RATED
+            cause = UNDESCRIBED if any(r.below_line_rate for r in group) else CHEAPER_CALL
         else:
             cause = _cause(verdict, group[0].size_bytes, group[-1].size_bytes, machines)
         if verdict not in ("as expected", BELOW) and len(group) == 1 and _quiet_neighbours(found, index):
@@ -159,15 +170,21 @@ def summary(table: list[Row]) -> str:
     near = sum(1 for r in table if 1 / NEAR <= r.ratio <= NEAR)
     below = [r for r in table if r.below_bound]
     line = f"{close} of {len(table)} rows within {CLOSE}x of the model ({near} within {NEAR}x)"
+    rated = [r for r in table if r.beats_rates]
+    faster = (f"; {len(rated)} faster than the calibration's link rates allow ({_span(rated)}): {UNDER_RATED}"
+              if rated else "")
     if not below:
-        return line + "; none below the bound"
+        return line + "; none below the bound" + faster
     beyond = sum(1 for r in below if r.below_line_rate)
-    first, last = format_size(below[0].size_bytes), format_size(below[-1].size_bytes)
-    span = first if first == last else f"{first} - {last}"
     if beyond:
-        return (f"{line}; {len(below)} below the bound ({span}), {beyond} of them below the line-rate bound: "
-                + UNDESCRIBED)
-    return f"{line}; {len(below)} below the bound under the calibration ({span}): {UNDER_RATED}"
+        return (f"{line}; {len(below)} below the bound ({_span(below)}), {beyond} of them below the line-rate bound: "
+                + UNDESCRIBED + faster)
+    return f"{line}; {len(below)} below the bound ({_span(below)}): {CHEAPER_CALL}" + faster
+
+
+def _span(table: list[Row]) -> str:
+    first, last = format_size(table[0].size_bytes), format_size(table[-1].size_bytes)
+    return first if first == last else f"{first} - {last}"
 
 
 INVERSION = 1.25  # a size measured this much slower than the next larger one is named

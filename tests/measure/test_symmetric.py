@@ -248,5 +248,6 @@ def test_launch_option_is_checked(capsys):
 def test_graph_terms_keep_everything_else():
     cal = Calibration()
     eager, graph = cal.terms(), cal.terms(graph=True)
-    assert replace(graph, launch_us=eager.launch_us, call_floor_us=None) == eager
+    assert replace(graph, launch_us=eager.launch_us, call_floor_us=None, latency_scale=eager.latency_scale) == eager
+    assert graph.latency_scale == cal.get("latency_scale_graph") < eager.latency_scale
     assert graph.fastest_call_us == 0.0 and eager.fastest_call_us > cal.terms(symmetric=True).fastest_call_us
