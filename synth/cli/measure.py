@@ -217,10 +217,12 @@ def doctor_bounds(topology, collective: str, cal, run=None):
 def alternatives(topology, collective: str, folder: str | None) -> list:
     """(label, StepLoads) of every classic algorithm that builds ``collective`` on ``topology``, and
     of every schedule file in ``folder`` for that collective and rank count (others are skipped;
-    a file comes first, so it wins a tie)."""
+    a file comes first, so it wins a tie). Each is built once (its loads serve every size); rings
+    are counted, not built (``synth.baselines.baseline_loads``: the same loads, without the
+    millions of sends of a ring on a thousand GPUs)."""
     from pathlib import Path
 
-    from synth.baselines import BaselineNotApplicable, registry
+    from synth.baselines import BaselineNotApplicable, baseline_loads, registry
     from synth.cost import step_loads
     from synth.verify import load_schedule
 
@@ -236,7 +238,7 @@ def alternatives(topology, collective: str, folder: str | None) -> list:
     for name, entry in sorted(registry().items()):
         if collective in entry.collectives and name != "nccl":
             try:
-                out.append((name, step_loads(entry.make(topology, collective))))
+                out.append((name, baseline_loads(entry, topology, collective)))
             except (BaselineNotApplicable, InputError):
                 continue
     return out
