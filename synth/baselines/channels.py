@@ -283,12 +283,28 @@ def _channel_ends(rails: list[list[int]], size: int, machines: int) -> tuple[lis
 
 
 def _path(capacity: _Capacity, nodes: list[int], start: int, end: int) -> list[int] | None:
-    """A Hamiltonian path start -> end through ``nodes`` in the remaining capacity (DFS, budget)."""
+    """A Hamiltonian path start -> end through ``nodes`` in the remaining capacity (DFS, budget).
+    Next hops are tried fewest onward choices first (Warnsdorff: unvisited successors inside
+    ``nodes``, kept as counts that change as the path grows), then most units left, then rank."""
     if len(nodes) == 1:
         return [start]
     inside = set(nodes)
+    local = {v: [d for d in capacity.succ[v] if d in inside] for v in nodes}
+    into: dict[int, list[int]] = {v: [] for v in nodes}
+    for v in nodes:
+        for d in local[v]:
+            into[d].append(v)
+    onward = {v: len(local[v]) for v in nodes}
     budget = [20_000]
-    path, seen = [start], {start}
+    path, seen = [start], set()
+
+    def visit(v: int, step: int) -> None:
+        if step > 0:
+            seen.add(v)
+        else:
+            seen.discard(v)
+        for p in into[v]:
+            onward[p] -= step
 
     def extend() -> bool:
         budget[0] -= 1
@@ -300,16 +316,19 @@ def _path(capacity: _Capacity, nodes: list[int], start: int, end: int) -> list[i
                 path.append(end)
                 return True
             return False
-        options = [d for d in capacity.succ[node] if d in inside and d not in seen and d != end
-                   and capacity.free(node, d) > 0]
-        # Warnsdorff: fewest onward choices first, then the most units left
-        for nxt in sorted(options, key=lambda d: (sum(1 for e in capacity.succ[d] if e in inside and e not in seen),
-                                                  -capacity.free(node, d), d)):
+        options = []
+        for d in local[node]:
+            if d not in seen and d != end:
+                units = capacity.free(node, d)
+                if units > 0:
+                    options.append((onward[d], -units, d))
+        for _, _, nxt in sorted(options):
             path.append(nxt)
-            seen.add(nxt)
+            visit(nxt, 1)
             if extend():
                 return True
-            seen.discard(path.pop())
+            visit(path.pop(), -1)
         return False
 
+    visit(start, 1)
     return list(path) if extend() else None
