@@ -279,15 +279,12 @@ class StepLoads:
         _check_protocol(proto, self.protocols)
         rates = rates_of(proto, terms, size_bytes)
         b = size_bytes / self.buffer_chunks
-        times = []
+        times, known = [], {}  # a step whose terms are another's (counted_loads repeats them) costs what it did
         for link_terms, group_terms in zip(self.links, self.groups):
-            longest = 0.0
-            for alpha, kind, count, bandwidth in link_terms:
-                longest = max(longest, rates.alpha(alpha, kind)
-                              + count * b / (rates.link_bandwidth(bandwidth, kind) * 1e3))
-            for count, bandwidth, kind in group_terms:
-                longest = max(longest, count * b / (rates.group_bandwidth(bandwidth, kind) * 1e3))
-            times.append(longest)
+            key = (id(link_terms), id(group_terms))
+            if key not in known:
+                known[key] = _step_us(link_terms, group_terms, rates, b)
+            times.append(known[key])
         return times
 
     def time_us(self, size_bytes: float, protocol: str | Protocol = "ideal",
@@ -312,6 +309,16 @@ class StepLoads:
             if found is None or took < found[1]:
                 found = (name, took)
         return found
+
+
+def _step_us(link_terms, group_terms, rates: _Rates, b: float) -> float:
+    """One step's duration: its slowest link (alpha plus chunks at the rate) or group."""
+    longest = 0.0
+    for alpha, kind, count, bandwidth in link_terms:
+        longest = max(longest, rates.alpha(alpha, kind) + count * b / (rates.link_bandwidth(bandwidth, kind) * 1e3))
+    for count, bandwidth, kind in group_terms:
+        longest = max(longest, count * b / (rates.group_bandwidth(bandwidth, kind) * 1e3))
+    return longest
 
 
 def step_loads(schedule: Schedule) -> StepLoads:
@@ -491,6 +498,13 @@ def _check_switches(schedule: Schedule) -> None:
         for entry in step.switches:
             if schedule.topology.switch(entry.switch) is None:
                 raise InputError(f"cost: step {index}: {schedule.topology.name} has no switch {entry.switch!r}")
+
+
+def _link(schedule: Schedule, index: int, key: tuple[int, int]) -> Link:
+    link = schedule.topology.link(*key)
+    if link is None:
+        raise InputError(f"cost: step {index}: {key[0]}->{key[1]} is not a link of {schedule.topology.name}")
+    return link
 
 
 # ---------------------------------------------------------------------------- bandwidth

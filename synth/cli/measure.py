@@ -192,6 +192,22 @@ def cmd_doctor(args) -> int:
     return 0
 
 
+_ONCE: dict = {}  # (what, id(topology), collective, id(cal), extra) -> (topology, cal, result)
+
+
+def _once(what: str, topology, collective: str, cal, make, extra=()):
+    """``make()``, once per topology, collective and calibration (the same objects) and ``extra``
+    in this process: the runs of one log share their bounds and alternatives (on 1440 GPUs, many
+    seconds each)."""
+    key = (what, id(topology), collective, id(cal), extra)
+    hit = _ONCE.get(key)
+    if hit is None or hit[0] is not topology or hit[1] is not cal:
+        if len(_ONCE) > 16:
+            _ONCE.clear()
+        hit = _ONCE[key] = (topology, cal, make())
+    return hit[2]
+
+
 def doctor_bounds(topology, collective: str, cal, run=None):
     """(bound, line_rate) callables, us by size: the bound doctor prints is the runtime bound under
     the calibration (``synth.bounds.runtime``: the topology at its effective rates, plus the
@@ -209,7 +225,9 @@ def doctor_bounds(topology, collective: str, cal, run=None):
     graph = bool(run and run.launch.graph)
     symmetric = bool(run and symmetric_capable(run.machine, collective, cal.on(topology.arch).nccl_version))
     terms = cal.on(topology.arch).terms(graph=graph, symmetric=symmetric)
-    runtime, ideal = runtime_bounds(topology, made, terms), lower_bounds(topology, made)
+    runtime = _once("runtime bound", topology, collective, cal, lambda: runtime_bounds(topology, made, terms),
+                    (graph, symmetric))
+    ideal = _once("line-rate bound", topology, collective, None, lambda: lower_bounds(topology, made))
     return (lambda size: runtime.bounds.time_us(size) + runtime.call_us if size > 0 else None), \
         (lambda size: ideal.time_us(size) if size > 0 else None)
 
@@ -220,6 +238,12 @@ def alternatives(topology, collective: str, folder: str | None) -> list:
     a file comes first, so it wins a tie). Each is built once (its loads serve every size); rings
     are counted, not built (``synth.baselines.baseline_loads``: the same loads, without the
     millions of sends of a ring on a thousand GPUs)."""
+    if folder is not None:  # files may change between calls: read them each time
+        return _alternatives(topology, collective, folder)
+    return list(_once("alternatives", topology, collective, None, lambda: _alternatives(topology, collective, None)))
+
+
+def _alternatives(topology, collective: str, folder: str | None) -> list:
     from pathlib import Path
 
     from synth.baselines import BaselineNotApplicable, baseline_loads, registry
