@@ -68,6 +68,21 @@ def test_channel_search_stops_at_the_bound_with_the_same_rings(monkeypatch):
     assert channels.plan_channels(topo) == fast
 
 
+def _build_everything(monkeypatch) -> list[str]:
+    """The reference path: every classic schedule built and verified, then counted; returns the
+    names it built (filled as doctor runs). Doctor's memo is emptied so nothing is reused."""
+    built: list[str] = []
+
+    def build(entry, topo, collective):
+        loads = step_loads(entry.make(topo, collective))
+        built.append(entry.name)
+        return loads
+
+    monkeypatch.setattr("synth.baselines.baseline_loads", build)
+    monkeypatch.setattr("synth.cli.measure._ONCE", {})
+    return built
+
+
 def _doctor_json(capsys, path, topology) -> dict:
     assert main(["doctor", str(path), "--topology", topology, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
@@ -78,11 +93,9 @@ def test_doctor_rows_equal_the_path_that_builds_every_schedule(tmp_path, capsys,
     log = tmp_path / "run.txt"
     log.write_text(allreduce_log(ranks, per_node=8, floor_us=60.0))
     fast = _doctor_json(capsys, log, topology)
-    monkeypatch.setattr("synth.baselines.baseline_loads",
-                        lambda entry, topo, collective: step_loads(entry.make(topo, collective)))
-    monkeypatch.setattr("synth.cli.measure._ONCE", {})
+    built = _build_everything(monkeypatch)
     reference = _doctor_json(capsys, log, topology)
-    assert fast == reference
+    assert fast == reference and set(COUNTED) <= set(built)
     assert {row["fastest_schedule"]["label"] for row in fast["rows"]} & set(COUNTED)
 
 
@@ -91,10 +104,8 @@ def test_doctor_rows_equal_the_reference_on_two_racks(tmp_path, capsys, monkeypa
     log = tmp_path / "run.txt"
     log.write_text(allreduce_log(144, floor_us=90.0))
     fast = _doctor_json(capsys, log, "gb200nvl72x2")
-    monkeypatch.setattr("synth.baselines.baseline_loads",
-                        lambda entry, topo, collective: step_loads(entry.make(topo, collective)))
-    monkeypatch.setattr("synth.cli.measure._ONCE", {})
-    assert _doctor_json(capsys, log, "gb200nvl72x2") == fast
+    built = _build_everything(monkeypatch)
+    assert _doctor_json(capsys, log, "gb200nvl72x2") == fast and set(COUNTED) <= set(built)
 
 
 @pytest.mark.slow
