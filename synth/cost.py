@@ -47,7 +47,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from synth.core.errors import InputError
 from synth.core.schedule import Schedule, Step, port_loads
@@ -279,15 +279,12 @@ class StepLoads:
         _check_protocol(proto, self.protocols)
         rates = rates_of(proto, terms, size_bytes)
         b = size_bytes / self.buffer_chunks
-        times = []
+        times, known = [], {}  # a step whose terms are another's (counted_loads repeats them) costs what it did
         for link_terms, group_terms in zip(self.links, self.groups):
-            longest = 0.0
-            for alpha, kind, count, bandwidth in link_terms:
-                longest = max(longest, rates.alpha(alpha, kind)
-                              + count * b / (rates.link_bandwidth(bandwidth, kind) * 1e3))
-            for count, bandwidth, kind in group_terms:
-                longest = max(longest, count * b / (rates.group_bandwidth(bandwidth, kind) * 1e3))
-            times.append(longest)
+            key = (id(link_terms), id(group_terms))
+            if key not in known:
+                known[key] = _step_us(link_terms, group_terms, rates, b)
+            times.append(known[key])
         return times
 
     def time_us(self, size_bytes: float, protocol: str | Protocol = "ideal",
@@ -314,6 +311,16 @@ class StepLoads:
         return found
 
 
+def _step_us(link_terms, group_terms, rates: _Rates, b: float) -> float:
+    """One step's duration: its slowest link (alpha plus chunks at the rate) or group."""
+    longest = 0.0
+    for alpha, kind, count, bandwidth in link_terms:
+        longest = max(longest, rates.alpha(alpha, kind) + count * b / (rates.link_bandwidth(bandwidth, kind) * 1e3))
+    for count, bandwidth, kind in group_terms:
+        longest = max(longest, count * b / (rates.group_bandwidth(bandwidth, kind) * 1e3))
+    return longest
+
+
 def step_loads(schedule: Schedule) -> StepLoads:
     """Count every step's chunks per link, switch port and group once (InputError for a send on
     no link or an entry on no switch)."""
@@ -323,13 +330,7 @@ def step_loads(schedule: Schedule) -> StepLoads:
     links, groups = [], []
     for index, step in enumerate(schedule.steps):
         per_link = Counter((s.src, s.dst) for s in step.sends)
-        per_group: Counter = Counter()
-        terms: dict[tuple[float, str | None, int, float], None] = {}
-        for key, count in per_link.items():
-            link = _link(schedule, index, key)
-            terms[(link.alpha, link.kind, count, link.bandwidth)] = None
-            for group in topo.groups_of_link.get(key, ()):
-                per_group[group.name] += count
+        terms, per_group = _link_terms(topo, index, per_link)
         ports, switch_groups = port_loads(step, topo)
         for (name, _, _), count in ports.items():
             switch = topo.switch(name)
@@ -339,6 +340,41 @@ def step_loads(schedule: Schedule) -> StepLoads:
         groups.append(tuple({(count, *group_terms[name]): None for name, count in per_group.items()}))
     protocols = SWITCH_PROTOCOLS if schedule.switch_count else RUNTIME_PROTOCOLS
     return StepLoads(schedule.collective.buffer_chunks, tuple(links), tuple(groups), protocols)
+
+
+def _link_terms(topo: Topology, index: int, per_link: Mapping[tuple[int, int], int]) -> tuple[dict, Counter]:
+    """One step's distinct (alpha, kind, chunks, bandwidth) of its links (a dict, in first-seen
+    order) and its chunks per group, from its chunks per link; InputError for a send on no link."""
+    per_group: Counter = Counter()
+    terms: dict[tuple[float, str | None, int, float], None] = {}
+    for key, count in per_link.items():
+        link = topo.link(*key)
+        if link is None:
+            raise InputError(f"cost: step {index}: {key[0]}->{key[1]} is not a link of {topo.name}")
+        terms[(link.alpha, link.kind, count, link.bandwidth)] = None
+        for group in topo.groups_of_link.get(key, ()):
+            per_group[group.name] += count
+    return terms, per_group
+
+
+def counted_loads(topology: Topology, buffer_chunks: int,
+                  steps: Sequence[Mapping[tuple[int, int], int]]) -> StepLoads:
+    """The StepLoads of a schedule without switch entries from its chunks per link, step by step
+    (one mapping (src, dst) -> chunks per step), for a builder that knows them without making
+    the sends (every step of a ring moves one chunk per hop). The same terms as ``step_loads``
+    on the built schedule, each step's in its own order (the step model takes their max); a
+    mapping passed for several steps is counted once."""
+    group_terms = _group_terms(topology)
+    done: dict[int, tuple[tuple, tuple]] = {}
+    links, groups = [], []
+    for index, per_link in enumerate(steps):
+        if id(per_link) not in done:
+            terms, per_group = _link_terms(topology, index, per_link)
+            done[id(per_link)] = (tuple(terms),
+                                  tuple({(count, *group_terms[name]): None for name, count in per_group.items()}))
+        links.append(done[id(per_link)][0])
+        groups.append(done[id(per_link)][1])
+    return StepLoads(buffer_chunks, tuple(links), tuple(groups), RUNTIME_PROTOCOLS)
 
 
 _GROUP_TERMS: dict[int, tuple[Topology, dict]] = {}  # id(topology) -> (it, {group: (bandwidth, kind)})

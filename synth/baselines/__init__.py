@@ -21,7 +21,8 @@ from synth.core.errors import InputError
 from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
-__all__ = ["Baseline", "BaselineNotApplicable", "registry", "build_baseline", "applicable", "fastest_baseline"]
+__all__ = ["Baseline", "BaselineNotApplicable", "registry", "build_baseline", "baseline_loads", "applicable",
+           "fastest_baseline"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class Baseline:
     # choices(topology, collective, root, sizes) -> {size: chunks build would pick}, or None where
     # the size changes nothing; lets a caller build each distinct variant once for a size grid
     choices: Callable[..., dict | None] | None = None
+    # loads(topology, collective) -> the StepLoads (synth.cost) of make(topology, collective),
+    # counted without making its sends, or None where it counts no such shape (then build it);
+    # raises BaselineNotApplicable where make would
+    loads: Callable[..., object] | None = None
 
     def make(self, topology: Topology, collective: str, root: int | None = None, chunks: int | None = None,
              size: float | None = None, terms=None) -> Schedule:
@@ -78,6 +83,15 @@ def registry() -> dict[str, Baseline]:
         + moe.BASELINES
     )
     return {entry.name: entry for entry in entries}
+
+
+def baseline_loads(entry: Baseline, topology: Topology, collective: str):
+    """The StepLoads of ``entry.make(topology, collective)``: counted where the baseline can
+    (``entry.loads``: a ring's steps without its millions of sends), else built and counted."""
+    from synth.cost import step_loads
+
+    counted = entry.loads(topology, collective) if entry.loads is not None else None
+    return counted if counted is not None else step_loads(entry.make(topology, collective))
 
 
 def build_baseline(

@@ -59,22 +59,28 @@ class _Capacity:
         self.succ: dict[int, list[int]] = {r: [] for r in inside}
         for src, dst in self.links:
             self.succ[src].append(dst)
+        self._at: tuple[dict, dict] | None = None
 
     def ring_limit(self) -> int:
         """Most rings that could fit: every rank's out- and in-units (links, capped by any group
         that holds all of them, such as a switch port)."""
-        outs: dict[int, list[tuple[int, int]]] = {r: [] for r in self.succ}
-        ins: dict[int, list[tuple[int, int]]] = {r: [] for r in self.succ}
-        for key in self.links:
-            outs[key[0]].append(key)
-            ins[key[1]].append(key)
-        best = None
-        for keys in list(outs.values()) + list(ins.values()):
-            units = sum(self.links[k] for k in keys)
-            shared = set.intersection(*(set(self.groups_of.get(k, ())) for k in keys)) if keys else set()
-            units = min([units] + [self.groups[name] for name in shared])
-            best = units if best is None else min(best, units)
-        return best or 0
+        units = [self.units(self.keys_at(rank, side)) for side in (0, 1) for rank in self.succ]
+        return min(units, default=0)
+
+    def keys_at(self, rank: int, side: int) -> list[tuple[int, int]]:
+        """The links out of ``rank`` (side 0) or into it (side 1)."""
+        if self._at is None:
+            self._at = ({r: [] for r in self.succ}, {r: [] for r in self.succ})
+            for key in self.links:
+                self._at[0][key[0]].append(key)
+                self._at[1][key[1]].append(key)
+        return self._at[side][rank]
+
+    def units(self, keys: Sequence[tuple[int, int]]) -> int:
+        """Units the links ``keys`` offer together: their sum, capped by every group holding all of them."""
+        total = sum(self.links[k] for k in keys)
+        shared = set.intersection(*(set(self.groups_of.get(k, ())) for k in keys)) if keys else set()
+        return min([total] + [self.groups[name] for name in shared])
 
     def free(self, a: int, b: int) -> int:
         left = self.links.get((a, b), 0)
@@ -181,11 +187,12 @@ def _rail_aligned(topology: Topology) -> ChannelPlan:
     rails = _local_rails(topology)
     ends, note = _channel_ends(rails, size, len(machines))
     rings: list[tuple[int, ...]] = []
+    most = min(len(ends), _machine_ring_limit(_Capacity(topology), machines))
     for start in range(len(ends)):  # the path search is greedy: try each channel first once
         found = _fit_channels(topology, ends[start:] + ends[:start])
         if len(found) > len(rings):
             rings = found
-        if len(rings) == len(ends):
+        if len(rings) >= most:  # no later start can fit more: the first best is kept either way
             break
     if not rings:
         raise BaselineNotApplicable(f"no rail-aligned ring fits {topology.name} (no Hamiltonian path between NIC GPUs)")
@@ -211,6 +218,23 @@ def _fit_channels(topology: Topology, ends: list[list[tuple[int, int]]]) -> list
                 capacity.take(hops)
                 rings.append(tuple(order))
     return rings
+
+
+def _machine_ring_limit(capacity: _Capacity, machines: Sequence[Sequence[int]]) -> float:
+    """Most rail-aligned rings that could fit: a ring crosses a machine of k GPUs on a path, k-1
+    hops between its GPUs, so rings x (k-1) is at most the units its GPUs can send to (and
+    receive from) each other; a GPU's units there are its links' inside the machine, capped by
+    any group that holds all of them (its switch port). Machines of one GPU bound nothing."""
+    best = math.inf
+    for machine in machines:
+        if len(machine) < 2:
+            continue
+        inside = set(machine)
+        for side in (0, 1):
+            units = sum(capacity.units([k for k in capacity.keys_at(rank, side) if k[1 - side] in inside])
+                        for rank in machine)
+            best = min(best, units // (len(machine) - 1))
+    return best
 
 
 def _local_rails(topology: Topology) -> list[list[int]]:
@@ -259,12 +283,28 @@ def _channel_ends(rails: list[list[int]], size: int, machines: int) -> tuple[lis
 
 
 def _path(capacity: _Capacity, nodes: list[int], start: int, end: int) -> list[int] | None:
-    """A Hamiltonian path start -> end through ``nodes`` in the remaining capacity (DFS, budget)."""
+    """A Hamiltonian path start -> end through ``nodes`` in the remaining capacity (DFS, budget).
+    Next hops are tried fewest onward choices first (Warnsdorff: unvisited successors inside
+    ``nodes``, kept as counts that change as the path grows), then most units left, then rank."""
     if len(nodes) == 1:
         return [start]
     inside = set(nodes)
+    local = {v: [d for d in capacity.succ[v] if d in inside] for v in nodes}
+    into: dict[int, list[int]] = {v: [] for v in nodes}
+    for v in nodes:
+        for d in local[v]:
+            into[d].append(v)
+    onward = {v: len(local[v]) for v in nodes}
     budget = [20_000]
-    path, seen = [start], {start}
+    path, seen = [start], set()
+
+    def visit(v: int, step: int) -> None:
+        if step > 0:
+            seen.add(v)
+        else:
+            seen.discard(v)
+        for p in into[v]:
+            onward[p] -= step
 
     def extend() -> bool:
         budget[0] -= 1
@@ -276,16 +316,19 @@ def _path(capacity: _Capacity, nodes: list[int], start: int, end: int) -> list[i
                 path.append(end)
                 return True
             return False
-        options = [d for d in capacity.succ[node] if d in inside and d not in seen and d != end
-                   and capacity.free(node, d) > 0]
-        # Warnsdorff: fewest onward choices first, then the most units left
-        for nxt in sorted(options, key=lambda d: (sum(1 for e in capacity.succ[d] if e in inside and e not in seen),
-                                                  -capacity.free(node, d), d)):
+        options = []
+        for d in local[node]:
+            if d not in seen and d != end:
+                units = capacity.free(node, d)
+                if units > 0:
+                    options.append((onward[d], -units, d))
+        for _, _, nxt in sorted(options):
             path.append(nxt)
-            seen.add(nxt)
+            visit(nxt, 1)
             if extend():
                 return True
-            seen.discard(path.pop())
+            visit(path.pop(), -1)
         return False
 
+    visit(start, 1)
     return list(path) if extend() else None

@@ -39,12 +39,9 @@ class Transfer:
     op: str = "copy"
 
 
-def _preds(topology: Topology, dist: Sequence[float]) -> list[list[int]]:
-    preds: list[list[int]] = [[] for _ in range(topology.ranks)]
-    for link in topology.links:
-        if dist[link.src] + 1 == dist[link.dst]:
-            preds[link.dst].append(link.src)
-    return preds
+def _preds(topology: Topology, dist: Sequence[float], node: int) -> list[int]:
+    """The ranks one link before ``node`` on a shortest path from where ``dist`` was measured."""
+    return [link.src for link in topology.in_links[node] if dist[link.src] + 1 == dist[link.dst]]
 
 
 def holders(collective: Collective) -> set[tuple[int, int]]:
@@ -71,7 +68,7 @@ def route_phase(
     group_load: list[Counter] = []
     groups_of = topology.groups_of_link
     dists: dict[int, list[float]] = {}
-    preds: dict[int, list[list[int]]] = {}
+    preds: dict[tuple[int, int], list[int]] = {}
     for transfer in transfers:
         if topology.has_link(transfer.src, transfer.dst):
             path = [transfer.src, transfer.dst]
@@ -117,9 +114,8 @@ def route_phase(
 def _route(topology, transfer, dists, preds, load, group_load) -> list[int]:
     """A shortest path for a transfer without a direct link, hop by hop the one whose link and
     groups (NICs, switch ports) would finish soonest with one more chunk."""
-    if transfer.src not in dists:
-        dists[transfer.src] = topology.distances_from(transfer.src)
-        preds[transfer.src] = _preds(topology, dists[transfer.src])
+    if transfer.src not in dists:  # every rank's distances at once: a thousand GPUs route thousands of hops
+        dists[transfer.src] = topology.hop_distances[transfer.src]
     dist = dists[transfer.src][transfer.dst]
     if dist == math.inf:
         raise BaselineNotApplicable(f"rank {transfer.dst} is unreachable from rank {transfer.src}")
@@ -142,7 +138,9 @@ def _route(topology, transfer, dists, preds, load, group_load) -> list[int]:
                 busiest = max(busiest, (shared[group.name] + 1) / group.bandwidth)
             return (busiest, p)
 
-        node = min(preds[transfer.src][node], key=finish)
+        if (transfer.src, node) not in preds:
+            preds[(transfer.src, node)] = _preds(topology, dists[transfer.src], node)
+        node = min(preds[(transfer.src, node)], key=finish)
         path.append(node)
     path.reverse()
     return path

@@ -125,31 +125,43 @@ def _search(succ: Weights, start: int, goal: int | None, mof, budget: int) -> tu
     machines = len({mof[v] for v in succ})
     least = (machines if machines > 1 else 0) if closed else machines - 1
     ideal = (-least, (n if closed else n - 1) * top)
-    path, seen = [start], {start}
+    path, seen = [start], set()
+    # successors and predecessors not yet on the path, counted as it changes
+    unseen = {v: len(out) for v, out in succ.items()}
+    unseen_in = {v: len(pred[v]) for v in succ}
+
+    def visit(v: int, step: int) -> None:
+        if step > 0:
+            seen.add(v)
+        else:
+            seen.discard(v)
+        for p in pred[v]:
+            unseen[p] -= step
+        for b in succ[v]:
+            unseen_in[b] -= step
 
     def options(v: int):
         free = [b for b in succ[v] if b not in seen]
-        free.sort(key=lambda b: (mof[b] != mof[v], -succ[v][b], sum(c not in seen for c in succ[b]), b))
+        free.sort(key=lambda b: (mof[b] != mof[v], -succ[v][b], unseen[b], b))
         return iter(free)
 
     def dead(prev: int, nxt: int) -> bool:
         for u in succ[prev]:  # prev's way out is taken: u needs another way in
-            if u not in seen and not any(p not in seen or p == nxt for p in pred[u]):
+            if u not in seen and not unseen_in[u] and nxt not in pred[u]:
                 return True
         for u in pred[nxt]:  # nxt's way in is taken: u needs another way out
-            if u not in seen and u != goal and not any(
-                s not in seen or (closed and s == start) for s in succ[u]
-            ):
+            if u not in seen and u != goal and not unseen[u] and not (closed and start in succ[u]):
                 return True
-        return closed and not any(p not in seen or p == nxt for p in pred[start])
+        return closed and not unseen_in[start] and nxt not in pred[start]
 
     best, best_key, spent = None, None, 0
+    visit(start, 1)
     stack = [options(start)]
     while stack:
         nxt = next(stack[-1], None)
         if nxt is None:
             stack.pop()
-            seen.discard(path.pop())
+            visit(path.pop(), -1)
             continue
         if nxt in seen or (nxt == goal and len(path) < n - 1):
             continue
@@ -157,7 +169,7 @@ def _search(succ: Weights, start: int, goal: int | None, mof, budget: int) -> tu
         if spent > budget:
             break
         path.append(nxt)
-        seen.add(nxt)
+        visit(nxt, 1)
         if len(path) == n:
             if (closed and start in succ[nxt]) or (not closed and nxt == goal):
                 key = _score(path, succ, mof, closed)
@@ -169,7 +181,7 @@ def _search(succ: Weights, start: int, goal: int | None, mof, budget: int) -> tu
             stack.append(options(nxt))
             continue
         path.pop()
-        seen.discard(nxt)
+        visit(nxt, -1)
     return best
 
 

@@ -27,6 +27,7 @@ from synth.baselines.ring import (
     dual_steps,
     merge_phases,
     own_blocks,
+    phase_counts,
     ring_phases,
 )
 from synth.core import collectives
@@ -117,11 +118,35 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     return finish(topology, coll, [step.sends for step in joined.steps], "hierarchical", **meta)
 
 
+def loads(topology: Topology, collective_name: str):
+    """The StepLoads of ``build(topology, collective_name, None, None)``, counted when every
+    rail and machine ring is direct: a rail step moves one block per rail hop (each way when
+    bidirectional), a machine step the K blocks of a rail per machine hop; the allgather is K-1
+    rail steps then G-1 machine steps, the reduce-scatter (its dual) the same steps backwards.
+    None when a ring is routed (build it)."""
+    from synth.cost import counted_loads
+
+    if collective_name not in HIERARCHICAL.collectives:
+        raise BaselineNotApplicable(
+            f"hierarchical builds allgather, reduce_scatter and allreduce, not {collective_name}")
+    rails, inner = plan(topology)
+    if not all(r.direct for r in rails + inner):
+        return None
+    halves = 2 if all(r.bidirectional for r in rails + inner) else 1
+    machines = len(rails[0].order)
+    rail = [phase_counts([r.order for r in rails], 1, halves - 1)] * (machines - 1)
+    local = [phase_counts([m.order for m in inner], machines, machines * (halves - 1))] * (len(inner[0].order) - 1)
+    steps = {"allgather": rail + local, "reduce_scatter": local + rail, "allreduce": local + rail + rail + local}
+    made = getattr(collectives, collective_name)(topology.ranks, halves)
+    return counted_loads(topology, made.buffer_chunks, steps[collective_name])
+
+
 HIERARCHICAL = Baseline(
     name="hierarchical",
     collectives=frozenset({"allgather", "reduce_scatter", "allreduce"}),
     build=build,
     description="rail rings over the fabric, then machine rings over local links (multi-machine)",
+    loads=loads,
 )
 
 BASELINES: tuple[Baseline, ...] = (HIERARCHICAL,)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from synth.baselines import Baseline
 from synth.baselines.channels import ChannelPlan, plan_channels
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, holders, phases_to_steps
-from synth.baselines.ring import bare_steps, chunks_per_rank, dual_steps, merge_phases, ring_phases
+from synth.baselines.ring import bare_steps, chunks_per_rank, dual_steps, merge_phases, phase_counts, ring_phases
 from synth.core import collectives
 from synth.core.collective import Collective
 from synth.core.schedule import Schedule, Send
@@ -66,6 +66,24 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     coll = collectives.allreduce(topology.ranks, ag.chunks_per_rank)
     joined = compose(Schedule(topology, rs, bare_steps(rs_steps)), Schedule(topology, ag, bare_steps(ag_steps)), coll)
     return finish(topology, coll, [step.sends for step in joined.steps], "nccl_ring", **meta)
+
+
+def loads(topology: Topology, collective_name: str):
+    """The StepLoads of ``build(topology, collective_name, None, None)`` for allgather,
+    reduce_scatter and allreduce, counted: every step moves one chunk on every hop of every
+    channel (n-1 steps a half, the reduce-scatter on the same hops as the allgather, its dual);
+    None for broadcast and reduce (their pieces depend on the size: build them)."""
+    from synth.cost import counted_loads
+
+    if collective_name in ("broadcast", "reduce"):
+        return None
+    if collective_name not in COLLECTIVES:
+        return build(topology, collective_name, None, None)  # raises what build says
+    plan = plan_channels(topology)
+    step = phase_counts(plan.rings, 1, 0)
+    count = (topology.ranks - 1) * (2 if collective_name == "allreduce" else 1)
+    made = getattr(collectives, collective_name)(topology.ranks, len(plan.rings))
+    return counted_loads(topology, made.buffer_chunks, [step] * count)
 
 
 def _meta(plan: ChannelPlan) -> dict:
@@ -173,6 +191,7 @@ NCCL_RING = Baseline(
     description="NCCL's channelized rings: rings covering every link unit / NIC rail, data split over them",
     sized=True,
     choices=choices,
+    loads=loads,
 )
 
 BASELINES: tuple[Baseline, ...] = (NCCL_RING,)

@@ -16,7 +16,8 @@ allgather is routed over shortest paths; the combining collectives then do not a
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections import Counter
+from typing import Iterable, Mapping, Sequence
 
 from synth.baselines import Baseline
 from synth.baselines.common import BaselineNotApplicable, Transfer, finish, holders, phases_to_steps
@@ -137,6 +138,39 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     return finish(topology, coll, [step.sends for step in joined.steps], "ring", **meta)
 
 
+def phase_counts(orders: Iterable[Sequence[int]], forward: int, backward: int) -> Counter:
+    """Chunks per link in one phase of ring allgathers side by side (``ring_phases``, each ring
+    of ``orders`` with ``forward`` blocks per rank one way and ``backward`` the other): every hop
+    carries its blocks; rings of one rank carry nothing."""
+    counts: Counter = Counter()
+    for order in orders:
+        m = len(order)
+        for i, src in enumerate(order if m > 1 else ()):
+            counts[(src, order[(i + 1) % m])] += forward
+            if backward:
+                counts[(src, order[(i - 1) % m])] += backward
+    return counts
+
+
+def loads(topology: Topology, collective_name: str):
+    """The StepLoads of ``build(topology, collective_name, None, None)``, counted: on a ring of
+    direct hops every phase is one step moving one block per hop (both ways when bidirectional),
+    the reduce-scatter (the dual of the allgather on the reversed ring) on the same hops; None
+    for a routed ring (build it)."""
+    from synth.cost import counted_loads
+
+    if collective_name not in RING.collectives:
+        raise BaselineNotApplicable(f"ring builds allgather, reduce_scatter and allreduce, not {collective_name}")
+    ring = find_ring(topology)
+    if not ring.direct:
+        return None
+    halves = 2 if ring.bidirectional else 1
+    step = phase_counts([ring.order], 1, 1 if halves == 2 else 0)
+    count = (len(ring.order) - 1) * (2 if collective_name == "allreduce" else 1)
+    made = getattr(collectives, collective_name)(topology.ranks, halves)
+    return counted_loads(topology, made.buffer_chunks, [step] * count)
+
+
 def bare_steps(steps: Steps) -> tuple[Step, ...]:
     """Steps without rounds (``finish`` sets them), empty ones dropped."""
     return tuple(Step(tuple(s), None) for s in steps if s)
@@ -147,6 +181,7 @@ RING = Baseline(
     collectives=frozenset({"allgather", "reduce_scatter", "allreduce"}),
     build=build,
     description="ring over a wide, machine-aware Hamiltonian cycle (bidirectional when links allow)",
+    loads=loads,
 )
 
 BASELINES: tuple[Baseline, ...] = (RING,)

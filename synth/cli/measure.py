@@ -192,6 +192,22 @@ def cmd_doctor(args) -> int:
     return 0
 
 
+_ONCE: dict = {}  # (what, id(topology), collective, id(cal), extra) -> (topology, cal, result)
+
+
+def _once(what: str, topology, collective: str, cal, make, extra=()):
+    """``make()``, once per topology, collective and calibration (the same objects) and ``extra``
+    in this process: the runs of one log share their bounds and alternatives (on 1440 GPUs, many
+    seconds each)."""
+    key = (what, id(topology), collective, id(cal), extra)
+    hit = _ONCE.get(key)
+    if hit is None or hit[0] is not topology or hit[1] is not cal:
+        if len(_ONCE) > 16:
+            _ONCE.clear()
+        hit = _ONCE[key] = (topology, cal, make())
+    return hit[2]
+
+
 def doctor_bounds(topology, collective: str, cal, run=None):
     """(bound, line_rate, rated) callables, us by size. The bound doctor prints holds for any run
     in the run's launch mode (a ``synth.measure.fit.Measured``): the runtime bound
@@ -211,8 +227,11 @@ def doctor_bounds(topology, collective: str, cal, run=None):
     symmetric = bool(run and symmetric_capable(run.machine, collective, cal.on(topology.arch).nccl_version))
     terms = cal.on(topology.arch).terms(graph=graph, symmetric=symmetric)
     line_rates = dataclasses.replace(terms, efficiency=dict.fromkeys(terms.efficiency, 1.0))
-    runtime, ideal = runtime_bounds(topology, made, line_rates), lower_bounds(topology, made)
-    rated = runtime_bounds(topology, made, terms)
+    runtime = _once("runtime bound", topology, collective, cal, lambda: runtime_bounds(topology, made, line_rates),
+                    (graph, symmetric))
+    rated = _once("rated bound", topology, collective, cal, lambda: runtime_bounds(topology, made, terms),
+                  (graph, symmetric))
+    ideal = _once("line-rate bound", topology, collective, None, lambda: lower_bounds(topology, made))
     return (lambda size: runtime.bounds.time_us(size) + runtime.call_us if size > 0 else None), \
         (lambda size: ideal.time_us(size) if size > 0 else None), \
         (lambda size: rated.bounds.time_us(size) + rated.call_us if size > 0 else None)
@@ -221,10 +240,18 @@ def doctor_bounds(topology, collective: str, cal, run=None):
 def alternatives(topology, collective: str, folder: str | None) -> list:
     """(label, StepLoads) of every classic algorithm that builds ``collective`` on ``topology``, and
     of every schedule file in ``folder`` for that collective and rank count (others are skipped;
-    a file comes first, so it wins a tie)."""
+    a file comes first, so it wins a tie). Each is built once (its loads serve every size); rings
+    are counted, not built (``synth.baselines.baseline_loads``: the same loads, without the
+    millions of sends of a ring on a thousand GPUs)."""
+    if folder is not None:  # files may change between calls: read them each time
+        return _alternatives(topology, collective, folder)
+    return list(_once("alternatives", topology, collective, None, lambda: _alternatives(topology, collective, None)))
+
+
+def _alternatives(topology, collective: str, folder: str | None) -> list:
     from pathlib import Path
 
-    from synth.baselines import BaselineNotApplicable, registry
+    from synth.baselines import BaselineNotApplicable, baseline_loads, registry
     from synth.cost import step_loads
     from synth.verify import load_schedule
 
@@ -240,7 +267,7 @@ def alternatives(topology, collective: str, folder: str | None) -> list:
     for name, entry in sorted(registry().items()):
         if collective in entry.collectives and name != "nccl":
             try:
-                out.append((name, step_loads(entry.make(topology, collective))))
+                out.append((name, baseline_loads(entry, topology, collective)))
             except (BaselineNotApplicable, InputError):
                 continue
     return out

@@ -413,7 +413,18 @@ class Topology:
         return tuple(tuple(math.inf if d < 0 else d for d in row) for row in dist.tolist())
 
     def reversed(self) -> "Topology":
-        """The same machine with every link and group pointing the other way."""
+        """The same machine with every link and group pointing the other way (made once per
+        topology, and its own reverse is this topology: baselines and duals ask for it again and
+        again, and on a thousand GPUs each costs a second)."""
+        return self._reverse
+
+    @cached_property
+    def _reverse(self) -> "Topology":
+        made = self._reversed_copy()
+        made.__dict__["_reverse"] = self
+        return made
+
+    def _reversed_copy(self) -> "Topology":
         return Topology(
             name=self.name[: -len("-reversed")] if self.name.endswith("-reversed") else f"{self.name}-reversed",
             ranks=self.ranks,
