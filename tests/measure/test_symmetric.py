@@ -251,3 +251,32 @@ def test_graph_terms_keep_everything_else():
     assert replace(graph, launch_us=eager.launch_us, call_floor_us=None, latency_scale=eager.latency_scale) == eager
     assert graph.latency_scale == cal.get("latency_scale_graph") < eager.latency_scale
     assert graph.fastest_call_us == 0.0 and eager.fastest_call_us > cal.terms(symmetric=True).fastest_call_us
+
+
+# --- bad and hand-shortened logs, through the command line ---------------------------------------------
+
+ROWS = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
+        "busbw #wrong\n     1048576        262144     float     sum      -1    30.00    0.0    0.0      0    "
+        "30.00    0.0    0.0      0\n")
+
+
+@pytest.mark.parametrize("lead, words", [
+    ("./build/all_reduce_perf -b 8 -e 1G -R 7 -g 1\n", "-R 7: nccl-tests registers buffers"),
+    ("# nThread 1 nGpus 1 minBytes 8 maxBytes 1G step: 2(factor) graph: ten unalign: 0\n", "graph count 'ten'"),
+])
+def test_an_unknown_launch_mode_is_one_line(tmp_path, capsys, lead, words):
+    log = tmp_path / "bad.txt"
+    log.write_text(lead + ROWS)
+    assert main(["doctor", str(log), "--topology", "h100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "line 1" in err[0]
+
+
+def test_doctor_reads_device_lines_shortened_by_hand_and_says_what_it_skipped(tmp_path, capsys):
+    head = "# nThread 1 nGpus 1 minBytes 8 maxBytes 1G step: 2(factor) graph: 0\n"
+    devices = "".join(f"#  Rank {r} device {r} NVIDIA H100 80GB HBM3 (from the post)\n" for r in range(7))
+    log = tmp_path / "short.txt"
+    log.write_text(head + devices + "#  ...\n#  Rank  7 Group  0 Pid\n" + ROWS)
+    assert main(["doctor", str(log), "--topology", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped line 10: device line not read" in out and "1 rows within" not in out.splitlines()[0]
