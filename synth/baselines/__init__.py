@@ -56,6 +56,7 @@ def registry() -> dict[str, Baseline]:
         moe,
         nccl,
         nccl_nvls,
+        nccl_nvls_tree,
         nccl_pat,
         nccl_ring,
         nccl_tree,
@@ -70,6 +71,7 @@ def registry() -> dict[str, Baseline]:
         + nccl_tree.BASELINES
         + nccl_pat.BASELINES
         + nccl_nvls.BASELINES
+        + nccl_nvls_tree.BASELINES
         + nccl.BASELINES
         + recursive.BASELINES
         + trees.BASELINES

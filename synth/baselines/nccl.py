@@ -33,7 +33,7 @@ from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
 OPTIONS = {  # collective -> the algorithm baselines NCCL chooses between
-    "allreduce": ("nccl_ring", "nccl_tree", "nccl_nvls"),
+    "allreduce": ("nccl_ring", "nccl_tree", "nccl_nvls", "nccl_nvls_tree"),
     "allgather": ("nccl_ring", "nccl_pat"),
     "reduce_scatter": ("nccl_ring", "nccl_pat"),
     "broadcast": ("nccl_ring",),
@@ -44,7 +44,8 @@ OPTIONS = {  # collective -> the algorithm baselines NCCL chooses between
     "scatter": ("direct",),
 }
 # our baseline -> NCCL's algorithm
-MODEL_NAMES = {"nccl_ring": "ring", "nccl_tree": "tree", "nccl_pat": "pat", "nccl_nvls": "nvls"}
+MODEL_NAMES = {"nccl_ring": "ring", "nccl_tree": "tree", "nccl_pat": "pat", "nccl_nvls": "nvls",
+               "nccl_nvls_tree": "nvls_tree"}
 DEFAULT_SIZE = 1024**3
 
 
