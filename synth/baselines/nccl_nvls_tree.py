@@ -24,8 +24,9 @@ The rule, per slice of the buffer:
 
 The builder is *sized*: ``pieces`` (1, 2, 4, ... 256) is the count fastest at ``size`` in the
 step model at its best protocol (Simple: switch entries run nothing else; 1 GiB when no size is
-given); ``chunks`` fixes it instead. Chunks: pieces x heads (x 2 lanes beyond two domains). It applies where NCCL runs NVLSTree: allreduce over at least
-two machines, each one NVLink domain with such a switch, the heads of a slice joined by links both
+given); ``chunks`` fixes it instead. The buffer is pieces x lanes chunks (lanes: the heads, twice
+that beyond two domains). It applies where NCCL runs NVLSTree: allreduce over at least two
+machines, each one NVLink domain with such a switch, the heads of a slice joined by links both
 ways; elsewhere ``BaselineNotApplicable`` says why (one domain: ``nccl_nvls``).
 
 >>> from synth.core.library import resolve_topology
