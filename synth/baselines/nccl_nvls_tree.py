@@ -26,7 +26,7 @@ The builder is *sized*: ``pieces`` (1, 2, 4, ... 256) is the count fastest at ``
 step model at its best protocol (Simple: switch entries run nothing else; 1 GiB when no size is
 given); ``chunks`` fixes it instead. The buffer is pieces x lanes chunks (lanes: the heads, twice
 that beyond two domains). It applies where NCCL runs NVLSTree: allreduce over at least two
-machines, each one NVLink domain with such a switch, the heads of a slice joined by links both
+machines, each one NVLink domain of at least 2 GPUs with such a switch, the heads of a slice joined by links both
 ways; elsewhere ``BaselineNotApplicable`` says why (one domain: ``nccl_nvls``).
 
 >>> from synth.core.library import resolve_topology
@@ -74,7 +74,8 @@ def domains(topology: Topology) -> Domains:
     switches = tuple(_domain_switch(topology, m) for m in machines)
     if any(s is None for s in switches):
         raise BaselineNotApplicable(f"nccl_nvls_tree needs every machine of {topology.name} to be one switch "
-                                    "with reduce and multicast over its GPUs (NVLS: NVSwitch on Hopper or newer)")
+                                    "with reduce and multicast over its GPUs, at least 2 (NVLS: NVSwitch on Hopper "
+                                    "or newer)")
     slots = [nic_slots(topology, m) for m in machines]
     count = min(MAX_HEADS, min(len(s) for s in slots))
     heads = tuple(tuple(s[j][0] for s in slots) for j in range(count))
@@ -87,8 +88,11 @@ def domains(topology: Topology) -> Domains:
 
 
 def _domain_switch(topology: Topology, machine: tuple[int, ...]) -> Switch | None:
-    """The switch with reduce and multicast whose ports are exactly the machine's ranks."""
+    """The switch with reduce and multicast whose ports are exactly the machine's ranks (at least
+    two: NCCL has no NVLS on one GPU)."""
     wanted = set(machine)
+    if len(wanted) < 2:
+        return None
     return next((s for s in topology.switches if s.reduce and s.multicast and set(s.ranks) == wanted), None)
 
 
