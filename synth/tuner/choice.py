@@ -81,7 +81,7 @@ class NcclOptions:
             from synth.measure.runtime import describe
 
             self.machine = describe(topology)
-        skipped = tuple(name for name, algo in MODEL_NAMES.items() if algo in MODEL_PRICED) if self.machine else ()
+        skipped = model_priced_baselines() if self.machine else ()
         self.schedules = [(label, MODEL_NAMES.get(label.split(" ")[0], label), schedule, step_loads(schedule))
                           for label, schedule in variants(topology, collective, grid or GRID, skipped)]
 
@@ -182,6 +182,11 @@ class NcclOptions:
             channels = None if self.terms is None else self.terms.channels(size, protocol)
             out.append(Pick(algorithm, protocol, channels, took, label))
         return out + [p for p in self._modelled(size) if p.protocol == protocol]
+
+
+def model_priced_baselines() -> tuple[str, ...]:
+    """The baselines of ``MODEL_PRICED``'s algorithms: not options where the runtime model prices them."""
+    return tuple(name for name, algorithm in MODEL_NAMES.items() if algorithm in MODEL_PRICED)
 
 
 def nccl_schedule(topology: Topology, collective: str, size: int, calibration, root: int | None = None,
