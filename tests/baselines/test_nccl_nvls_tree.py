@@ -111,3 +111,15 @@ def test_verifies_for_any_machine_count_and_ranks_per_machine(machines, per, pie
     assert s.collective.buffer_chunks == lanes * pieces
     # every lane piece: one reduce and one multicast per domain
     assert len(entries(s)) == 2 * machines * lanes * pieces
+
+
+@pytest.mark.parametrize("name", ["h100x2", "h100x3"])
+def test_never_faster_than_the_bounds_with_switches(name):
+    from synth.bounds.lower_bounds import lower_bounds
+
+    s = build(resolve_topology(name), "allreduce", None, 2)
+    bound = lower_bounds(s.topology, s.collective)
+    bound = bound.proven or bound
+    assert sum(1 for step in s.steps if step.sends or step.switches) >= bound.steps
+    for size in (1, 4096, 1 << 20, 1 << 30):
+        assert bound.time_us(size) <= step_time_us(s, size) * (1 + 1e-9)
