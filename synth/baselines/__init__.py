@@ -34,7 +34,6 @@ class Baseline:
     build: Callable[..., Schedule]
     description: str
     sized: bool = False  # build also takes size= (bytes): its choices depend on the message size
-    costed: bool = False  # build also takes terms= (synth.cost.RuntimeTerms): it picks by their cost
     # choices(topology, collective, root, sizes) -> {size: chunks build would pick}, or None where
     # the size changes nothing; lets a caller build each distinct variant once for a size grid
     choices: Callable[..., dict | None] | None = None
@@ -44,13 +43,11 @@ class Baseline:
     loads: Callable[..., object] | None = None
 
     def make(self, topology: Topology, collective: str, root: int | None = None, chunks: int | None = None,
-             size: float | None = None, terms=None) -> Schedule:
-        """Build for ``collective``; ``size`` reaches only sized builders and ``terms`` (runtime
-        terms to choose by) only costed ones (the others ignore them)."""
-        extra = {"terms": terms} if self.costed else {}
+             size: float | None = None) -> Schedule:
+        """Build for ``collective``; ``size`` reaches only sized builders (the others ignore it)."""
         if self.sized:
-            return self.build(topology, collective, root, chunks, size=size, **extra)
-        return self.build(topology, collective, root, chunks, **extra)
+            return self.build(topology, collective, root, chunks, size=size)
+        return self.build(topology, collective, root, chunks)
 
 
 def registry() -> dict[str, Baseline]:
@@ -61,6 +58,7 @@ def registry() -> dict[str, Baseline]:
         moe,
         nccl,
         nccl_nvls,
+        nccl_nvls_tree,
         nccl_pat,
         nccl_ring,
         nccl_tree,
@@ -75,6 +73,7 @@ def registry() -> dict[str, Baseline]:
         + nccl_tree.BASELINES
         + nccl_pat.BASELINES
         + nccl_nvls.BASELINES
+        + nccl_nvls_tree.BASELINES
         + nccl.BASELINES
         + recursive.BASELINES
         + trees.BASELINES
@@ -96,10 +95,10 @@ def baseline_loads(entry: Baseline, topology: Topology, collective: str):
 
 def build_baseline(
     topology: Topology, algorithm: str, collective: str, root: int | None = None, chunks: int | None = None,
-    size: float | None = None, terms=None,
+    size: float | None = None,
 ) -> Schedule:
     """Build (and verify) one baseline; unknown names and non-applicable cases raise InputError.
-    ``terms`` (synth.cost.RuntimeTerms): builders that choose by cost choose under them."""
+    NCCL's choice under a calibration is ``synth.tuner.choice.nccl_schedule``."""
     table = registry()
     entry = table.get(algorithm)
     if entry is None:
@@ -108,7 +107,7 @@ def build_baseline(
         raise BaselineNotApplicable(
             f"{algorithm} does not build {collective}; it builds {', '.join(sorted(entry.collectives))}"
         )
-    return entry.make(topology, collective, root, chunks, size, terms)
+    return entry.make(topology, collective, root, chunks, size)
 
 
 def applicable(topology: Topology, collective: str, root: int | None = None,

@@ -8,8 +8,12 @@ the sized ones tuned to the size) and costed at its best protocol (Simple, LL128
 fastest is the best NCCL could do, which is what every speedup is measured against. Channels:
 the rings already use every link unit and NIC, and in the step model fewer channels never help,
 so only the full channel plan is costed. On one NVSwitch domain with NVLink SHARP, allreduce
-also has NVLS (``nccl_nvls``: switch entries, Simple only). NVLSTree and CollNet (across
-machines) are in the runtime model (``synth.measure.runtime``), not built as schedules here.
+also has NVLS (``nccl_nvls``: switch entries, Simple only), and across such domains NVLSTree
+(``nccl_nvls_tree``). CollNet is in the runtime model (``synth.measure.runtime``) only.
+
+This is the choice in the contract model with NCCL's protocols. Under a calibration the choice
+is ``synth.tuner.choice.nccl_schedule`` (the one ``synth tune`` writes: these schedules and the
+runtime model together; ``synth baseline --algo nccl --calibration CAL`` calls it).
 
 Beside it, the meta records what NCCL's own tuning model (``nccl_model``) predicts for every
 (algorithm, protocol) it would consider, and which one its tuner would pick.
@@ -33,7 +37,7 @@ from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 
 OPTIONS = {  # collective -> the algorithm baselines NCCL chooses between
-    "allreduce": ("nccl_ring", "nccl_tree", "nccl_nvls"),
+    "allreduce": ("nccl_ring", "nccl_tree", "nccl_nvls", "nccl_nvls_tree"),
     "allgather": ("nccl_ring", "nccl_pat"),
     "reduce_scatter": ("nccl_ring", "nccl_pat"),
     "broadcast": ("nccl_ring",),
@@ -44,7 +48,8 @@ OPTIONS = {  # collective -> the algorithm baselines NCCL chooses between
     "scatter": ("direct",),
 }
 # our baseline -> NCCL's algorithm
-MODEL_NAMES = {"nccl_ring": "ring", "nccl_tree": "tree", "nccl_pat": "pat", "nccl_nvls": "nvls"}
+MODEL_NAMES = {"nccl_ring": "ring", "nccl_tree": "tree", "nccl_pat": "pat", "nccl_nvls": "nvls",
+               "nccl_nvls_tree": "nvls_tree"}
 DEFAULT_SIZE = 1024**3
 
 
@@ -62,15 +67,18 @@ def options(topology: Topology, collective: str, root: int | None, size: float) 
     return built
 
 
-def variants(topology: Topology, collective: str, sizes: list[int]) -> list[tuple[str, Schedule]]:
+def variants(topology: Topology, collective: str, sizes: list[int],
+             skipped: tuple[str, ...] = ()) -> list[tuple[str, Schedule]]:
     """(label, schedule) for every schedule NCCL would run somewhere on ``sizes``: each algorithm of
-    ``OPTIONS`` that applies, in each variant a size of the grid selects, built once with that
-    chunking. A sized algorithm's label says ``pieces=N`` (NCCL's pipelining depth per channel, not
-    the chunks per rank of a C column)."""
+    ``OPTIONS`` that applies (less those ``skipped``), in each variant a size of the grid selects,
+    built once with that chunking. A sized algorithm's label says ``pieces=N`` (NCCL's pipelining
+    depth per channel, not the chunks per rank of a C column)."""
     from synth.baselines import registry
 
     out = []
     for name in OPTIONS.get(collective.partition(":")[0], ()):
+        if name in skipped:
+            continue
         entry = registry()[name]
         try:
             picks = entry.choices(topology, collective, None, sizes) if entry.choices else None
@@ -85,9 +93,8 @@ def variants(topology: Topology, collective: str, sizes: list[int]) -> list[tupl
 
 
 def build(topology: Topology, collective_name: str, root: int | None, chunks: int | None,
-          size: float | None = None, terms=None) -> Schedule:
-    """The fastest NCCL option at ``size`` (1 GiB when None), at its best protocol (under the
-    runtime ``terms`` when given); see the module."""
+          size: float | None = None) -> Schedule:
+    """The fastest NCCL option at ``size`` (1 GiB when None), at its best protocol; see the module."""
     from synth.cost import best_protocol
 
     kind = collective_name.partition(":")[0]
@@ -98,7 +105,7 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     at = DEFAULT_SIZE if size is None else size
     costed = []
     for name, schedule in options(topology, collective_name, root, at):
-        protocol, took = best_protocol(schedule, at, terms)
+        protocol, took = best_protocol(schedule, at)
         costed.append((took, name, protocol, schedule))
     if not costed:
         raise BaselineNotApplicable(f"nccl: none of {', '.join(OPTIONS[kind])} applies to {collective_name} "
@@ -106,7 +113,7 @@ def build(topology: Topology, collective_name: str, root: int | None, chunks: in
     took, name, protocol, schedule = min(costed, key=lambda item: (item[0], item[1]))
     meta: dict[str, Any] = {
         "algorithm": "nccl", "nccl_algorithm": name, "protocol": protocol, "size": at,
-        "time_us": took, **({} if terms is None else {"calibration": terms.label}),
+        "time_us": took,
         "options": [{"algorithm": n, "protocol": p, "time_us": t} for t, n, p, _ in sorted(costed, key=lambda c: c[1])],
     }
     meta.update(_tuning(topology, kind, name, protocol, costed, at))
@@ -159,9 +166,9 @@ NCCL = Baseline(
     name="nccl",
     collectives=frozenset(OPTIONS),
     build=build,
-    description="the fastest NCCL option at the size (ring/tree/PAT/p2p x Simple/LL128/LL) in our cost model",
+    description="the fastest NCCL option at the size (ring/tree/PAT/NVLS/NVLSTree/p2p x Simple/LL128/LL) "
+                "in our cost model",
     sized=True,
-    costed=True,
 )
 
 BASELINES: tuple[Baseline, ...] = (NCCL,)

@@ -54,8 +54,8 @@ def add_evaluate_parsers(sub) -> None:
     p.add_argument("--chunks", type=int, help="pieces per rank/buffer for pipelining (algorithm default)")
     p.add_argument("--size", help="message size S (bytes, K/M/G = 1024^k) for algorithms whose choices depend "
                                   "on it (nccl, nccl_tree: the fastest at S)")
-    add_calibration_option(p, "nccl: choose the fastest option under a runtime's terms (a synth.calibration "
-                              "file, or 'default')")
+    add_calibration_option(p, "nccl: the option synth tune writes at the size, under a runtime's terms and "
+                              "model (a synth.calibration file, or 'default')")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
     p.set_defaults(func=cmd_baseline)
 
@@ -298,9 +298,26 @@ def _ratio_phrase(ratio: float, other: str | None) -> str:
     return f"{word} with {other}" if word == "level" else f"{word} than {other}"
 
 
+def _nccl_as_tuned(args, topo, name: str, size: float | None):
+    """``--algo nccl --calibration CAL``: the schedule of the option ``synth tune`` writes at the size
+    (``synth.tuner.choice.nccl_schedule``: one choice, two commands)."""
+    from synth.baselines.nccl import DEFAULT_SIZE
+    from synth.core.errors import InputError
+    from synth.measure.calibration import load_calibration
+    from synth.tuner.choice import nccl_schedule
+
+    if args.algo != "nccl":
+        raise InputError(f"--calibration chooses among NCCL's options (--algo nccl); {args.algo} has one schedule: "
+                         "cost it with synth cost --calibration")
+    if args.chunks is not None:
+        raise InputError("nccl chooses its own chunking per algorithm; drop --chunks (or pick the algorithm)")
+    calibration = load_calibration(args.calibration).on(topo.arch)
+    label = "default" if str(args.calibration) == "default" else str(args.calibration)
+    return nccl_schedule(topo, name, int(DEFAULT_SIZE if size is None else size), calibration, args.root, label)
+
+
 def cmd_baseline(args) -> int:
     from synth.baselines import applicable, build_baseline
-    from synth.core.errors import InputError
     from synth.cost import parse_size
 
     topo = topology_of(args.topology)
@@ -315,10 +332,9 @@ def cmd_baseline(args) -> int:
         for algo, reason in table.items():
             print(f"{algo:<20} {'applies' if reason is None else 'n/a: ' + reason}")
         return 0
-    terms = terms_of(args, topo)
-    if terms is not None and args.algo != "nccl":
-        raise InputError(f"--calibration chooses among NCCL's options (--algo nccl); {args.algo} has one schedule: "
-                         "cost it with synth cost --calibration")
-    schedule = build_baseline(topo, args.algo, name, args.root, args.chunks, size, terms=terms)
+    if args.calibration is not None:
+        schedule = _nccl_as_tuned(args, topo, name, size)
+    else:
+        schedule = build_baseline(topo, args.algo, name, args.root, args.chunks, size)
     write_or_print(schedule.to_dict(), args.output)
     return 0

@@ -296,12 +296,15 @@ def baselines(topology: Topology, collective: str) -> list[Candidate]:
     return out
 
 
-def nccl_candidates(topology: Topology, collective: str, sizes: list[int]) -> list[Candidate]:
-    """Every schedule NCCL would run somewhere on ``sizes`` (``synth.baselines.nccl.variants``)."""
+def nccl_candidates(topology: Topology, collective: str, sizes: list[int], modelled: bool = False) -> list[Candidate]:
+    """Every schedule NCCL would run somewhere on ``sizes`` (``synth.baselines.nccl.variants``); with
+    ``modelled`` (the runtime model prices NCCL too) less those it prices alone (NVLSTree:
+    ``synth.tuner.choice.MODEL_PRICED``)."""
     from synth.baselines.nccl import variants
+    from synth.tuner.choice import model_priced_baselines
 
     out: list[Candidate] = []
-    for label, schedule in variants(topology, collective, sizes):
+    for label, schedule in variants(topology, collective, sizes, model_priced_baselines() if modelled else ()):
         what = label.replace(" pieces=", "-C")  # the file names of earlier reports
         out.append(Candidate(label, "nccl", schedule, _file(collective, topology, what), None,
                              len(schedule.steps), schedule.total_rounds, schedule.collective.chunks_per_rank))

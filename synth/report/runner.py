@@ -74,7 +74,7 @@ def report(topology: str, collective: str, out: str | Path, sizes: str = DEFAULT
     found += cand.switch_extras(topo, collective, grid, terms, say)
     if max_threadblocks is not None:
         found += cand.within_budget(topo, collective, max_threadblocks, time_limit, say)
-    nccl = cand.nccl_candidates(topo, collective, grid)
+    nccl = cand.nccl_candidates(topo, collective, grid, modelled=cal is not None)
     candidates = found + nccl + cand.baselines(topo, collective)
     say(f"{topo.name} {collective}: {len(found)} synthesized, {len(nccl)} NCCL, "
         f"{len(candidates) - len(found) - len(nccl)} classic baselines; evaluating over {len(grid)} sizes")

@@ -2,7 +2,7 @@
 table writes, and NCCL's own pick beside it.
 
 ``NcclOptions`` holds every schedule NCCL would run (``synth.baselines.nccl.variants``: its rings,
-its tree at every pipelining depth some size of a grid selects, PAT) with their step loads, and
+its tree at every pipelining depth some size of a grid selects, PAT, NVLS) with their step loads, and
 where the shared runs check it (allreduce, allgather, reduce-scatter) the runtime model fitted to
 measured nccl-tests runs (``synth.measure.runtime``). At a size:
 
@@ -12,6 +12,17 @@ measured nccl-tests runs (``synth.measure.runtime``). At a size:
   and what ``synth tune`` writes: NCCL as tuned by synth.
 - ``own_pick``: what NCCL's own tuning model (``synth.baselines.nccl_model``, NCCL's formula as
   synth implements it) would pick, costed the same way: NCCL left to itself.
+
+Where the runtime model is used, NVLSTree is priced by it alone (``MODEL_PRICED``): its latency
+(2 log2(N) network crossings, NCCL's 20.9 us each) and its per-head cap are fitted to the measured
+two-machine runs, and the step model's cost of the ``nccl_nvls_tree`` schedule has neither (with
+it, NVLSTree would beat tree/LL from 16 KiB on two H100 machines and tree on two B200 machines
+from 150 MiB, where NCCL as modelled keeps tree). Where NVLSTree is the pick, its schedule is
+built for the size.
+
+``schedule`` (and ``nccl_schedule``) is that same choice as a verified schedule: what ``synth
+baseline --algo nccl --calibration CAL`` writes, with the algorithm ``synth tune`` writes at that
+size (one decision, two commands).
 
 >>> from synth.core.library import resolve_topology
 >>> from synth.measure.calibration import load_calibration
@@ -27,11 +38,13 @@ from dataclasses import dataclass
 
 from synth.baselines.nccl import MODEL_NAMES, nccl_setup, variants
 from synth.baselines.nccl_model import PROTOCOLS, applies, predicted_us
+from synth.core.schedule import Schedule
 from synth.core.topology import Topology
 from synth.cost import step_loads
 
 CHECKED_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")  # where the runtime model is checked
 MODELLED = "NCCL as modelled"  # the label of the runtime model's options
+MODEL_PRICED = ("nvls_tree",)  # algorithms the runtime model alone prices where it is used (module doc)
 GRID = [1 << k for k in range(10, 33)]  # 1K..4G: the report's default grid, which picks the tree variants
 
 
@@ -63,13 +76,14 @@ class NcclOptions:
         calibration = None if calibration is None else calibration.on(topology.arch)
         self.calibration = calibration
         self.terms = None if calibration is None else calibration.terms()
-        self.schedules = [(label, MODEL_NAMES.get(label.split(" ")[0], label), schedule, step_loads(schedule))
-                          for label, schedule in variants(topology, collective, grid or GRID)]
         self.machine = None
         if calibration is not None and collective in CHECKED_COLLECTIVES:
             from synth.measure.runtime import describe
 
             self.machine = describe(topology)
+        skipped = model_priced_baselines() if self.machine else ()
+        self.schedules = [(label, MODEL_NAMES.get(label.split(" ")[0], label), schedule, step_loads(schedule))
+                          for label, schedule in variants(topology, collective, grid or GRID, skipped)]
 
     def options(self, size: int) -> list[Pick]:
         """Every option at ``size``: the schedules (each at its fastest protocol), then the
@@ -130,6 +144,33 @@ class NcclOptions:
                      and (protocols is None or p in protocols)]
         return min(predicted)[1:] if predicted else None
 
+    def schedule(self, size: int, root: int | None = None, label: str = "default") -> Schedule:
+        """The schedule of ``fastest(size)`` (what ``synth tune`` writes there), built and verified:
+        the option's own schedule, or where the runtime model's option is the fastest, the schedule
+        of its algorithm built for ``size`` (BaselineNotApplicable where NCCL runs something no
+        schedule builds, e.g. CollNet: the message names it). ``root`` reaches rooted collectives."""
+        from synth.baselines import BaselineNotApplicable, registry
+
+        pick = self.fastest(size)
+        if pick is None:
+            raise BaselineNotApplicable(f"nccl: NCCL has no algorithm for {self.collective} on {self.topology.name}")
+        name, pieces = _built_as(pick)
+        if name not in registry():
+            raise BaselineNotApplicable(f"nccl: NCCL runs {pick.algorithm}/{pick.protocol} for {self.collective} at "
+                                        f"{size} bytes on {self.topology.name}, which no schedule builds")
+        same = [s for label_, _, s, _ in self.schedules if label_ == pick.source]
+        if same and root is None:
+            schedule = same[0]
+        elif same:  # built as ``variants`` built it, with the root
+            schedule = registry()[name].make(self.topology, self.collective, root, pieces)
+        else:
+            schedule = registry()[name].make(self.topology, self.collective, root, None, size)
+        options = [{"algorithm": p.algorithm, "protocol": p.protocol, "time_us": p.time_us, "source": p.source}
+                   for p in sorted(self.options(size), key=lambda p: p.time_us)]
+        return schedule.with_meta(algorithm="nccl", nccl_algorithm=name, protocol=pick.protocol, size=size,
+                                  time_us=pick.time_us, nccl_channels=pick.channels, priced_by=pick.source,
+                                  calibration=label, options=options)
+
     def _at_protocol(self, size: int, protocol: str) -> list[Pick]:
         """Every option at ``size`` under ``protocol`` (the schedules that run under it, the
         runtime model's)."""
@@ -141,3 +182,25 @@ class NcclOptions:
             channels = None if self.terms is None else self.terms.channels(size, protocol)
             out.append(Pick(algorithm, protocol, channels, took, label))
         return out + [p for p in self._modelled(size) if p.protocol == protocol]
+
+
+def model_priced_baselines() -> tuple[str, ...]:
+    """The baselines of ``MODEL_PRICED``'s algorithms: not options where the runtime model prices them."""
+    return tuple(name for name, algorithm in MODEL_NAMES.items() if algorithm in MODEL_PRICED)
+
+
+def nccl_schedule(topology: Topology, collective: str, size: int, calibration, root: int | None = None,
+                  label: str = "default") -> Schedule:
+    """``NcclOptions(topology, collective, calibration).schedule(size, root, label)``: what ``synth
+    baseline --algo nccl --calibration CAL`` writes."""
+    return NcclOptions(topology, collective, calibration).schedule(size, root, label)
+
+
+def _built_as(pick: Pick) -> tuple[str, int | None]:
+    """(baseline name, pieces or None) that builds ``pick``: its schedule's label (``variants``), or
+    for the runtime model's option the baseline of its algorithm."""
+    if pick.source != MODELLED:
+        name, _, rest = pick.source.partition(" pieces=")
+        return name, int(rest) if rest else None
+    by_algorithm = {algorithm: name for name, algorithm in MODEL_NAMES.items()}
+    return by_algorithm.get(pick.algorithm, pick.algorithm), None

@@ -269,6 +269,7 @@ NOT_APPLICABLE = {
     **{(t, "nccl_pat", c): "one GPU per machine" for t in BASELINE_TOPOLOGIES for c in ("allgather", "reduce_scatter")},
     **{(t, "nccl_nvls", c): "reduce and multicast" for t in BASELINE_TOPOLOGIES  # no switch here
        for c in ("allgather", "allreduce", "reduce_scatter")},
+    **{(t, "nccl_nvls_tree", "allreduce"): "NVLink domains" for t in BASELINE_TOPOLOGIES},  # one domain
     ("uring4", "recursive_doubling", "allreduce"): "direct links",  # unidirectional: no r <-> r^1 pair
     ("uring4", "recursive_halving", "allreduce"): "direct links",
     ("uring4", "recursive_halving", "reduce_scatter"): "direct links",

@@ -42,6 +42,18 @@ def test_nvls_schedules_run_correct(worlds, collective, inplace, executor):
     assert [r.correct for r in result.rows] == [True, True]
 
 
+@pytest.mark.parametrize("machines", [2, 3])
+def test_nvlstree_runs_correct(worlds, machines):
+    """NCCL's NVLSTree on 2 GPUs per machine: switch reduces and multicasts (glre, gstore) around the
+    heads' exchange (2 machines) or tree (3)."""
+    from synth.tuner.tune import communicator_topology
+
+    topology = communicator_topology(resolve_topology("h100x3"), machines, 2 * machines)
+    schedule = build_baseline(topology, "nccl_nvls_tree", "allreduce", chunks=2)
+    result = worlds(2 * machines).run(runnable_from_schedule(schedule, f"nvlstree-{machines}"), QUICK)
+    assert result.correct, result.fault
+
+
 def test_the_switch_planners_allreduce_runs_correct(worlds):
     runnable = runnable_from_schedule(switch_plan(H100, "allreduce", 1 << 20), "planner")
     assert {op.type for g in runnable.program.gpus for tb in g.threadblocks for op in tb.ops if op.switches} == \
