@@ -86,10 +86,12 @@ def add_calibration_option(p: argparse.ArgumentParser, help_text: str = CALIBRAT
 
 def terms_of(args, topology=None):
     """The RuntimeTerms of ``--calibration`` on ``topology`` (its GPU generation's defaults fill
-    what the calibration leaves unset); None without it: the contract model."""
+    what the calibration leaves unset), for calls replayed from a CUDA graph where ``--launch
+    graph`` says so; None without it: the contract model."""
     from synth.measure.calibration import load_terms
 
-    return load_terms(getattr(args, "calibration", None), getattr(topology, "arch", None))
+    graph = getattr(args, "launch", None) == "graph"
+    return load_terms(getattr(args, "calibration", None), getattr(topology, "arch", None), graph)
 
 
 def protocol_choice(text: str) -> str:

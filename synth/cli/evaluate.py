@@ -29,6 +29,9 @@ def add_evaluate_parsers(sub) -> None:
                                   "fixes: tokens x token_bytes)")
     add_calibration_option(p, "bound what a runtime can reach: link rates times their efficiency, its latencies "
                               "and launch floor (a synth.calibration file, or 'default')")
+    p.add_argument("--launch", choices=("eager", "graph"), default="eager",
+                   help="with --calibration: calls issued eagerly (the CPU's launch floor) or replayed from a CUDA "
+                        "graph (no CPU floor, NCCL's own latencies, no per-call latency beyond the links')")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bounds)
 
@@ -67,6 +70,9 @@ def cmd_bounds(args) -> int:
     topo = topology_of(args.topology)
     coll = collective_of(args.collective, topo.ranks, args.root, args.chunks)
     size = parse_size(args.size or str(coll.size_bytes or "1G"))
+    if args.launch == "graph" and args.calibration is None:
+        raise InputError("--launch graph bounds a runtime's calls: give --calibration (the contract model has no "
+                         "launch cost to take away)")
     terms = terms_of(args, topo)
     if terms is None:
         bounds = lower_bounds(topo, coll)
@@ -79,6 +85,8 @@ def cmd_bounds(args) -> int:
         print(json.dumps(doc, indent=1))
         return 0
     under = "" if terms is None else f" under the runtime terms of calibration {terms.label}"
+    if terms is not None and args.launch == "graph":
+        under += ", calls replayed from a CUDA graph"
     print(f"lower bounds for {coll.name} on {topo.name} ({topo.ranks} ranks){under}")
     print(f"  steps              >= {doc['steps']}")
     print(f"  rounds per chunk   >= {_rounds(doc['rounds_per_chunk'])}")

@@ -245,12 +245,13 @@ def load_calibration(path: str | Path | None) -> Calibration:
     return Calibration.from_doc(read_json(path), str(path))
 
 
-def load_terms(path: str | Path | None, arch: str | None = None) -> RuntimeTerms | None:
+def load_terms(path: str | Path | None, arch: str | None = None, graph: bool = False) -> RuntimeTerms | None:
     """The runtime terms of the calibration in ``path`` on a machine of GPU generation ``arch``
-    (``default``: the defaults of that generation; None: none, the contract model)."""
+    (``default``: the defaults of that generation; None: none, the contract model), for calls
+    replayed from a CUDA graph where ``graph``."""
     if path is None:
         return None
-    return load_calibration(path).on(arch).terms("default" if str(path) == DEFAULT_NAME else str(path))
+    return load_calibration(path).on(arch).terms("default" if str(path) == DEFAULT_NAME else str(path), graph)
 
 
 def _check_parameters(parameters: Mapping[str, Any], where: str) -> None:

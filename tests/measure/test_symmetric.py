@@ -280,3 +280,16 @@ def test_doctor_reads_device_lines_shortened_by_hand_and_says_what_it_skipped(tm
     assert main(["doctor", str(log), "--topology", "h100"]) == 0
     out = capsys.readouterr().out
     assert "skipped line 10: device line not read" in out and "1 rows within" not in out.splitlines()[0]
+
+
+def test_synth_bounds_takes_the_launch_mode(capsys):
+    """Under a calibration, a graph's calls pay no CPU floor: the bound at 1 KiB falls from the
+    eager launch floor to the graph's kernel-node floor, still under every graph row measured."""
+    def time_at(*extra) -> float:
+        assert main(["bounds", "h200", "allreduce", "--size", "1K", "--calibration", "default", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["time_us"]
+
+    eager, graph = time_at(), time_at("--launch", "graph")
+    assert graph < eager and graph <= 3.06  # B200's fastest graph row
+    assert main(["bounds", "h200", "allreduce", "--launch", "graph"]) == 2
+    assert "give --calibration" in capsys.readouterr().err
