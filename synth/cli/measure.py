@@ -292,7 +292,8 @@ def _print_run(run, table, found, format_size, skipped=()) -> None:
     print(f"{'size':>8} {'measured us':>12} {'expected us':>12} {'NCCL choice':>22} {'bound us':>10} "
           f"{'meas/exp':>9}  {'verdict':<15} fastest schedule in the model")
     for r in table:
-        choice = f"{r.choice.algorithm}/{r.choice.protocol}/{r.choice.channels}ch"
+        choice = f"{r.choice.algorithm}/{r.choice.protocol}/{r.choice.channels}ch" + \
+            ("" if r.choice.measured else " (unmeasured)")
         bound = f"{r.bound_us:10.2f}" if r.bound_us is not None else f"{'-':>10}"
         alt = "-" if r.alternative is None else \
             f"{r.alternative.label} {r.alternative.protocol} {r.alternative.time_us:.2f} us"
@@ -307,7 +308,8 @@ def _print_run(run, table, found, format_size, skipped=()) -> None:
 
 def _row_doc(r) -> dict:
     return {"size_bytes": r.size_bytes, "measured_us": r.measured_us, "expected_us": round(r.expected_us, 3),
-            "choice": {"algorithm": r.choice.algorithm, "protocol": r.choice.protocol, "channels": r.choice.channels},
+            "choice": {"algorithm": r.choice.algorithm, "protocol": r.choice.protocol, "channels": r.choice.channels,
+                       "measured": r.choice.measured},
             "bound_us": None if r.bound_us is None else round(r.bound_us, 3),
             "measured_over_expected": round(r.ratio, 4), "verdict": r.verdict,
             "fastest_schedule": None if r.alternative is None else {

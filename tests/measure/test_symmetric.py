@@ -293,3 +293,12 @@ def test_synth_bounds_takes_the_launch_mode(capsys):
     assert graph < eager and graph <= 3.06  # B200's fastest graph row
     assert main(["bounds", "h200", "allreduce", "--launch", "graph"]) == 2
     assert "give --calibration" in capsys.readouterr().err
+
+
+def test_doctor_marks_a_copy_engine_choice_unmeasured(tmp_path, capsys):
+    log = tmp_path / "ce.txt"
+    log.write_text("# ./build/all_gather_perf -b 1M -e 1G -R 2 -g 1\n# NCCL_CTA_POLICY=ZERO\n" + ROWS)
+    doc = _doctor(capsys, str(log), "--topology", "b200")
+    assert doc["collective"] == "allgather" and doc["buffers"] == "symmetric"
+    assert doc["rows"][0]["choice"] == {"algorithm": "copy_engine", "protocol": "memcpy", "channels": 0,
+                                        "measured": False}
