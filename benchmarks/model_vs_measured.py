@@ -41,14 +41,13 @@ from pathlib import Path
 
 from synth.baselines.nccl import nccl_setup
 from synth.baselines.nccl_model import PROTOCOLS, applies, predicted_us, with_nvls
-from synth.cli.measure import launch_given
 from synth.core.library import resolve_topology
 from synth.core.subset import parse_ranks, sub_topology
 from synth.measure import doctor
 from synth.measure.calibration import ARCH_DEFAULTS, DEFAULTS, Calibration
 from synth.measure.fit import Measured, allowed_for, fit, fitted_names, model_us, setup_of
 from synth.measure.logs import read_runs
-from synth.measure.runtime import Launch, available, describe
+from synth.measure.runtime import Launch, available, describe, parse_launch
 from synth.measure.symmetric import eligible, pick
 
 LOGS = Path(__file__).resolve().parents[2] / "shared" / "nccl-tests-logs"
@@ -167,7 +166,7 @@ def load(spec: Spec, logs: Path) -> Measured:
     machine = describe(topology)
     if spec.nic_gbps is not None:
         machine = dataclasses.replace(machine, nic_gbps=spec.nic_gbps)
-    launch = launch_given(spec.launch) or Launch(run.launch, run.gpus_per_thread, run.graph > 0)
+    launch = parse_launch(spec.launch) or Launch(run.launch, run.gpus_per_thread, run.graph > 0)
     rows = tuple((float(r.size_bytes), r.time_us) for r in run.rows)
     collective = run.collective or spec.collective or "allreduce"
     allowed, chosen = allowed_for(run, collective, machine, dict(spec.settings), where=spec.file)

@@ -310,7 +310,6 @@ def _nccl_as_tuned(args, topo, name: str, size: float | None):
     """``--algo nccl --calibration CAL``: the schedule of the option ``synth tune`` writes at the size
     (``synth.tuner.choice.nccl_schedule``: one choice, two commands)."""
     from synth.baselines.nccl import DEFAULT_SIZE
-    from synth.core.errors import InputError
     from synth.measure.calibration import load_calibration
     from synth.tuner.choice import nccl_schedule
 

@@ -61,7 +61,7 @@ def measured_runs(paths: list[str], args) -> list:
     from synth.core.subset import parse_ranks, sub_topology
     from synth.measure.fit import Measured, allowed_for, setup_of
     from synth.measure.logs import read_runs
-    from synth.measure.runtime import COLLECTIVES, Launch, describe
+    from synth.measure.runtime import COLLECTIVES, Launch, describe, parse_launch
 
     topology = resolve_topology(args.topology)
     if args.ranks:
@@ -85,13 +85,13 @@ def measured_runs(paths: list[str], args) -> list:
                 raise InputError(f"{where} is {run.collective}, not {given} (--collective)")
             collective = run.collective or given or "allreduce"
             allowed, chosen = allowed_for(run, collective, machine, overrides(args), where)
-            launch = launch_given(getattr(args, "launch", None)) or \
+            launch = parse_launch(getattr(args, "launch", None)) or \
                 Launch(run.launch, run.gpus_per_thread, run.graph > 0)
             setup = setup_of(run)
             if getattr(args, "buffers", None):
                 setup = dataclasses.replace(setup, registration=args.buffers)
             out.append(Measured(f"{path}#{run.index}", collective, machine, launch, args.transport, rows, allowed,
-                                chosen, setup))
+                                chosen, setup, run.skipped))
     return out
 
 
@@ -109,20 +109,6 @@ def _one_domain(run, machine) -> bool:
 
 
 HOST_GPUS = 8  # the most GPUs one host holds (HGX boards; NVL72 trays hold 4)
-
-
-def launch_given(text: str | None):
-    """The Launch ``--launch`` names (None when not given); a malformed value is one InputError line."""
-    from synth.measure.runtime import Launch
-
-    if text is None:
-        return None
-    if text in ("processes", "graph"):
-        return Launch("processes", 1, text == "graph")
-    mode, _, count = text.partition(":")
-    if mode == "threads" and count.isdigit() and 0 < int(count) <= 4096:
-        return Launch("threads", int(count))
-    raise InputError(f"--launch {text!r}: expected processes, threads:G (G GPUs per thread) or graph")
 
 
 def overrides(args) -> dict:
@@ -166,11 +152,8 @@ def cmd_doctor(args) -> int:
     from synth.cost import format_size
     from synth.measure import doctor
     from synth.measure.calibration import load_calibration
-    from synth.measure.logs import read_runs
-
     cal = load_calibration(args.calibration)
     runs = measured_runs([args.log], args)
-    skipped = {f"{args.log}#{r.index}": r.skipped for r in read_runs(args.log)}
     topology = resolve_topology(args.topology)
     if args.ranks:
         topology = sub_topology(topology, parse_ranks(args.ranks, topology.ranks))
@@ -180,12 +163,12 @@ def cmd_doctor(args) -> int:
         table = doctor.rows(run, cal, bound, alternatives(topology, run.collective, args.schedules), ideal, rated)
         found = doctor.regions(table, run.machine.machines)
         docs.append({"run": run.source, "collective": run.collective, "launch": launch_name(run.launch),
-                     "buffers": run.setup.registration, "skipped": list(skipped.get(run.source, ())),
+                     "buffers": run.setup.registration, "skipped": list(run.skipped),
                      "rows": [_row_doc(r) for r in table], "regions": [_region_doc(r) for r in found],
                      "inversions": [_inversion_doc(i) for i in doctor.inversions(table)],
                      "summary": doctor.summary(table)})
         if not args.json:
-            _print_run(run, table, found, format_size, skipped.get(run.source, ()))
+            _print_run(run, table, found, format_size)
     if args.json:
         out = docs[0] if len(docs) == 1 else {"runs": docs}
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
@@ -280,14 +263,14 @@ def launch_name(launch) -> str:
     return f"threads:{launch.gpus_per_thread}" if launch.mode == "threads" else "processes"
 
 
-def _print_run(run, table, found, format_size, skipped=()) -> None:
+def _print_run(run, table, found, format_size) -> None:
     from synth.measure import doctor
 
     version = ".".join(map(str, run.setup.version)) if run.setup.version else "not printed"
     print(f"{run.source}: {run.collective} on {run.machine.name} ({run.machine.ranks} ranks, "
           f"{run.machine.machines} machine(s), {launch_name(run.launch)}, {run.transport}; buffers "
           f"{run.setup.registration}, NCCL {version})")
-    for note in skipped:
+    for note in run.skipped:
         print(f"skipped {note}")
     print(f"{'size':>8} {'measured us':>12} {'expected us':>12} {'NCCL choice':>22} {'bound us':>10} "
           f"{'meas/exp':>9}  {'verdict':<15} fastest schedule in the model")

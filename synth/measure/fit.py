@@ -39,7 +39,8 @@ class Measured:
     network transport, its (size bytes, out-of-place time us) rows, what it let NCCL run
     (``allowed``: its NCCL_ALGO / NCCL_PROTO / NVLS / CollNet settings) and what NCCL said it ran
     (``chosen``: (size bytes, algorithm, protocol or None) from its per-call lines), and how its
-    buffers were set up and which NCCL ran it (``setup``: what decides NCCL's symmetric kernels)."""
+    buffers were set up and which NCCL ran it (``setup``: what decides NCCL's symmetric kernels),
+    and the lines of its log not read (``skipped``)."""
 
     source: str
     collective: str
@@ -50,6 +51,7 @@ class Measured:
     allowed: Allowed = Allowed()
     chosen: tuple[tuple[int, str, str | None], ...] = ()
     setup: Setup = Setup()
+    skipped: tuple[str, ...] = ()  # what the log reader could not read (``logs.Run.skipped``)
 
     def allowed_at(self, size: float) -> Allowed:
         """What the model may pick at ``size``: the algorithm (and protocol) NCCL logged for that

@@ -372,11 +372,13 @@ class _Reader:
             self._mention(text)
 
     def _quoted_test(self, text: str, where: str) -> None:
-        """A test command quoted in prose states -R and -G where nothing stated them yet."""
-        match = _TEST_MENTION.search(text)
-        if match is None:
+        """A test command quoted in prose (the part that describes this run, ``nccl_env.prose_parts``)
+        states -R and -G where nothing stated them yet."""
+        quoted = [(part, m) for part in nccl_env.prose_parts(text) if (m := _TEST_MENTION.search(part))]
+        if not quoted:
             return
-        options = _test_options(text[match.end():].split(), where)
+        part, match = quoted[0]
+        options = _test_options(part[match.end():].split(), where)
         prose = self.context.prose
         self.context = replace(self.context, prose=replace(
             prose, graph=prose.graph if prose.graph is not None else options.graph,

@@ -131,12 +131,17 @@ def prose_statements(text: str) -> list[tuple[str, str | None]]:
     >>> prose_statements("# NCCL_ALGO=Ring (the pair: NCCL_ALGO=NVLS)")
     [('NCCL_ALGO', 'Ring')]
     """
-    found = []
+    return [pair for part in prose_parts(text) for pair in statements(part)]
+
+
+def prose_parts(text: str) -> list[str]:
+    """The parts of a header's prose that describe this run: each sentence (or parenthesis) up to
+    its first contrast word (``prose_statements``)."""
+    parts = []
     for sentence in re.split(r"(?<=[.;])\s+|\(", text):
         contrast = _CONTRAST.search(sentence)
-        cut = contrast.start() if contrast else len(sentence)
-        found += statements(sentence[:cut])
-    return found
+        parts.append(sentence[:contrast.start()] if contrast else sentence)
+    return parts
 
 
 def info_setting(text: str) -> tuple[str, str] | None:

@@ -154,6 +154,19 @@ class Choice:
     measured: bool = True
 
 
+def parse_launch(text: str | None) -> Launch | None:
+    """The Launch ``processes``, ``threads:G`` or ``graph`` names (None for None; anything else is
+    one InputError line): how a log that does not say was launched (``--launch``)."""
+    if text is None:
+        return None
+    if text in ("processes", "graph"):
+        return Launch("processes", 1, text == "graph")
+    mode, _, count = text.partition(":")
+    if mode == "threads" and count.isdigit() and 0 < int(count) <= 4096:
+        return Launch("threads", int(count))
+    raise InputError(f"--launch {text!r}: expected processes, threads:G (G GPUs per thread) or graph")
+
+
 def launch_us(launch: Launch, cal: Calibration) -> float:
     """The cost of issuing one call, the floor under every measured time: eagerly, the CPU's
     (one process per GPU, or per GPU a thread drives); replayed from a CUDA graph, the GPU's cost

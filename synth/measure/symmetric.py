@@ -53,7 +53,6 @@ MAX_CTAS = 64
 FIRST_VERSION = (2, 27, 0)
 NOWIN_VERSION = (2, 29, 2)
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
-REGISTRATIONS = ("none", "local", "symmetric")
 
 
 @dataclass(frozen=True)

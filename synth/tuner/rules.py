@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from synth.measure import symmetric
 from synth.tuner.config import MAX_BYTES, MAX_CHANNELS, PROTOCOLS, TUNED, Note, TunerLine, plugin_name, read_lines
 
 _RING = {("ring", p) for p in PROTOCOLS}
@@ -159,7 +160,7 @@ def _coverage(lines: list[TunerLine], comm: tuple[int, int], collective: str) ->
     out = []
     anything = _union([(line.min_bytes, line.max_bytes) for line in matching])
     for low, high in _gaps(anything):
-        if registered and collective in SYMMETRIC and (low, high) == (0, SYMMETRIC_BELOW - 1):
+        if registered and collective in symmetric.COLLECTIVES and (low, high) == (0, int(symmetric.ANY_LIMIT) - 1):
             continue  # a registered table leaves these sizes to NCCL's symmetric kernels (synth tune --buffers)
         out.append(Finding(None, f"{where}: sizes {low}..{high} match no line: NCCL keeps its own choice there, "
                                  "with 1 channel"))
@@ -171,10 +172,6 @@ def _coverage(lines: list[TunerLine], comm: tuple[int, int], collective: str) ->
                                  "(ll128, pat, nvls, collnet) on every machine: add a ring/simple line after "
                                  "them, or such calls fall through to 1 channel"))
     return out
-
-
-SYMMETRIC = ("allreduce", "allgather", "reduce_scatter")  # what NCCL's symmetric kernels take before its tuner
-SYMMETRIC_BELOW = 64 << 30
 
 
 def _registered_only(lines: list[TunerLine], comm: tuple[int, int]) -> bool:

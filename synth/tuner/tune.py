@@ -107,7 +107,7 @@ def tune(topology: Topology, collectives: list[str], communicators: list[tuple[i
 
 def _symmetric_below(topology: Topology, collective: str, calibration, buffers: str | None) -> int:
     """Bytes below which NCCL takes its symmetric kernels on these buffers (0: none)."""
-    if buffers != "symmetric" or collective not in ("allreduce", "allgather", "reduce_scatter"):
+    if buffers != "symmetric":
         return 0
     from synth.measure.calibration import Calibration
     from synth.measure.runtime import describe

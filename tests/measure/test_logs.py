@@ -457,6 +457,9 @@ def test_launch_mode_from_command_header_and_prose():
     assert (run.graph, run.registration, run.buffers) == (0, 1, "local")
     [run] = parse_runs(table, "f")
     assert (run.graph, run.registration, run.buffers) == (0, None, "none")
+    # prose that names another run's command (after a contrast word) states nothing for this one
+    [run] = parse_runs("# plain buffers, unlike the pair's all_reduce_perf -R 2 -G 10\n" + table, "f")
+    assert (run.graph, run.registration) == (0, None)
 
 
 # --- runs: boundaries, context, commands -----------------------------------------------------------
